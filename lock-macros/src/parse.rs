@@ -1,0 +1,263 @@
+//! Reads `key = value, ...` into [`RawArgs`], one field per option, each value keeping its span.
+//!
+//! Only the kind of each value is checked here (a string, an identifier, a path); rules between
+//! options and against the function live in `config`.
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+
+use crate::config::Errors;
+
+/// Every option, in the order the docs list them.
+pub(crate) const OPTIONS: &[&str] = &[
+    "name", "ttl", "max_exec", "renew", "wait", "min_hold", "locker", "guard", "crate",
+];
+
+/// The options as written; `None` when not given.
+#[derive(Default)]
+pub(crate) struct RawArgs {
+    pub name: Option<LitStr>,
+    pub ttl: Option<LitStr>,
+    pub max_exec: Option<LitStr>,
+    pub renew: Option<LitStr>,
+    pub wait: Option<LitStr>,
+    pub min_hold: Option<LitStr>,
+    pub locker: Option<Expr>,
+    pub guard: Option<Ident>,
+    pub krate: Option<Path>,
+}
+
+/// One `key = value`. The value is read as an expression whatever the key, so that an unknown or
+/// mistyped key still parses and every error of the list is reported at once.
+struct Arg {
+    key: Ident,
+    value: Expr,
+}
+
+impl Parse for Arg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if !input.peek(Ident::peek_any) {
+            return Err(
+                input.error("expected an option like `name = \"job:{id}\"` or `ttl = \"30s\"`")
+            );
+        }
+        // `parse_any` so that the keyword `crate` is accepted as a key.
+        let key = Ident::parse_any(input)?;
+        if !input.peek(Token![=]) {
+            return Err(syn::Error::new(
+                key.span(),
+                format!("expected `=` after `{key}`: write `{key} = ...`"),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        let value = input.parse()?;
+        Ok(Self { key, value })
+    }
+}
+
+/// Parses the attribute's arguments; on an error, the returned error holds every problem found.
+pub(crate) fn parse_args(tokens: TokenStream) -> syn::Result<RawArgs> {
+    let args = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+    let mut raw = RawArgs::default();
+    let mut errors = Errors::default();
+    let mut seen = Vec::new();
+    for Arg { key, value } in args {
+        let name = key.unraw().to_string();
+        if seen.contains(&name) {
+            errors.push(syn::Error::new(
+                key.span(),
+                format!("`{name}` is given twice; keep one"),
+            ));
+            continue;
+        }
+        seen.push(name.clone());
+        let result = match name.as_str() {
+            "name" => set(
+                &mut raw.name,
+                string(value, "a string literal, like `name = \"job:{id}\"`"),
+            ),
+            "ttl" => set(&mut raw.ttl, duration(value)),
+            "max_exec" => set(&mut raw.max_exec, duration(value)),
+            "renew" => set(&mut raw.renew, duration(value)),
+            "wait" => set(&mut raw.wait, duration(value)),
+            "min_hold" => set(&mut raw.min_hold, duration(value)),
+            "locker" => set(&mut raw.locker, Ok(value)),
+            "guard" => set(&mut raw.guard, guard(value)),
+            "crate" => set(&mut raw.krate, crate_path(value)),
+            _ => Err(unknown(&key, &name)),
+        };
+        errors.push_result(result);
+    }
+    errors.finish()?;
+    Ok(raw)
+}
+
+fn set<T>(slot: &mut Option<T>, value: syn::Result<T>) -> syn::Result<()> {
+    *slot = Some(value?);
+    Ok(())
+}
+
+fn string(value: Expr, expected: &str) -> syn::Result<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Ok(s),
+        other => Err(syn::Error::new_spanned(
+            other,
+            format!("expected {expected}"),
+        )),
+    }
+}
+
+fn duration(value: Expr) -> syn::Result<LitStr> {
+    // `ttl = 30s` lexes as the number 30 with suffix `s`: suggest the quoted form.
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Int(n), ..
+    }) = &value
+        && !n.suffix().is_empty()
+    {
+        let text = n.to_token_stream().to_string();
+        return Err(syn::Error::new_spanned(
+            &value,
+            format!("expected a string: write \"{text}\""),
+        ));
+    }
+    string(
+        value,
+        "a string like \"30s\" (durations are written \"250ms\", \"30s\", \"1m 30s\")",
+    )
+}
+
+fn guard(value: Expr) -> syn::Result<Ident> {
+    let ident = match &value {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => p.path.get_ident(),
+        _ => None,
+    };
+    match ident {
+        // `self`, `crate` etc. are paths too, but cannot name a new binding.
+        Some(ident)
+            if !matches!(
+                ident.to_string().as_str(),
+                "self" | "Self" | "super" | "crate"
+            ) =>
+        {
+            Ok(ident.clone())
+        }
+        _ => Err(syn::Error::new_spanned(
+            value,
+            "expected an identifier, like `guard = lease`: it names the `&Lease` bound in the body",
+        )),
+    }
+}
+
+fn crate_path(value: Expr) -> syn::Result<syn::Path> {
+    match value {
+        Expr::Path(p) if p.qself.is_none() && p.attrs.is_empty() => Ok(p.path),
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => Err(syn::Error::new(
+            s.span(),
+            format!(
+                "expected a path, not a string: write `crate = {}`",
+                s.value()
+            ),
+        )),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected a path, like `crate = ::lock_runtime`",
+        )),
+    }
+}
+
+fn unknown(key: &Ident, name: &str) -> syn::Error {
+    let message = match closest(name) {
+        Some(known) => format!("unknown option `{name}`; did you mean `{known}`?"),
+        None => format!(
+            "unknown option `{name}`; the options are {}",
+            OPTIONS.join(", ")
+        ),
+    };
+    syn::Error::new(key.span(), message)
+}
+
+/// The known option nearest to `word`, if within two edits (typos, not different words).
+pub(crate) fn closest(word: &str) -> Option<&'static str> {
+    OPTIONS
+        .iter()
+        .map(|known| (edit_distance(word, known), *known))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, known)| known)
+}
+
+/// Levenshtein distance over chars, one row at a time.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    #[test]
+    fn suggests_near_options_only() {
+        assert_eq!(closest("tll"), Some("ttl"));
+        assert_eq!(closest("max_exe"), Some("max_exec"));
+        assert_eq!(closest("maxexec"), Some("max_exec"));
+        assert_eq!(closest("lock"), Some("locker"));
+        assert_eq!(closest("timeout"), None);
+        assert_eq!(closest("key"), None);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn reads_every_option() {
+        let raw = parse_args(quote!(
+            name = "a:{b}",
+            ttl = "1s",
+            max_exec = "500ms",
+            renew = "100ms",
+            wait = "2s",
+            min_hold = "1s",
+            locker = self.locker,
+            guard = lease,
+            crate = ::my::path,
+        ))
+        .unwrap();
+        assert_eq!(raw.name.unwrap().value(), "a:{b}");
+        assert_eq!(raw.guard.unwrap().to_string(), "lease");
+        assert!(raw.locker.is_some() && raw.krate.is_some() && raw.min_hold.is_some());
+    }
+
+    #[test]
+    fn reports_all_problems_at_once() {
+        let err = parse_args(quote!(ttl = 10, tll = "1s", guard = a.b, ttl = "1s"))
+            .err()
+            .unwrap();
+        let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(messages.len(), 4, "{messages:?}");
+        assert!(messages[0].starts_with("expected a string like \"30s\""));
+        assert_eq!(messages[1], "unknown option `tll`; did you mean `ttl`?");
+        assert!(messages[2].starts_with("expected an identifier"));
+        assert_eq!(messages[3], "`ttl` is given twice; keep one");
+    }
+}

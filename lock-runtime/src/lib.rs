@@ -1,0 +1,75 @@
+//! Distributed locks for async Rust on Redis.
+//!
+//! Write one attribute on an `async fn`:
+//!
+//! ```no_run
+//! use lock_runtime::{distributed_lock, LockError};
+//!
+//! #[derive(Debug)]
+//! enum AppError { Lock(LockError) }
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self { AppError::Lock(e) }
+//! }
+//!
+//! #[distributed_lock(name = "report:{tenant}", ttl = "30s", wait = "5s", guard = lease)]
+//! async fn build_report(tenant: &str) -> Result<u64, AppError> {
+//!     // `lease.fence()` grows with every acquisition of this name: hand it to your storage.
+//!     Ok(lease.fence())
+//! }
+//! ```
+//!
+//! The call acquires `lock:{report:<tenant>}` (waiting up to 5 s, woken by the holder's release),
+//! renews it in the background, cancels the body at its deadline or when the lock is lost, and
+//! releases it on every return path. The same engine is available by hand through
+//! [`Locker::acquire`] and [`Locker::run`].
+
+mod acquire;
+mod error;
+mod lease;
+mod locker;
+mod node;
+mod options;
+mod output;
+mod run;
+mod scripts;
+mod watchdog;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use error::{LockError, LostReason};
+pub use lease::Lease;
+pub use lock_macros::distributed_lock;
+pub use locker::{Locker, LockerBuilder, default_locker, set_default_locker};
+pub use options::{LockOptions, drift};
+pub use output::LockOutput;
+
+/// Paths named by the code that `#[distributed_lock]` generates. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::output::LockOutput;
+    pub use crate::{Lease, LockError, LockOptions, Locker};
+    pub use core::time::Duration;
+
+    /// The process default locker (see [`crate::set_default_locker`]).
+    pub fn default_locker() -> Locker {
+        crate::locker::default_locker()
+    }
+
+    /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).
+    pub fn locker_ref(locker: &Locker) -> Locker {
+        locker.clone()
+    }
+
+    /// The whole life of one locked call, with a lock failure mapped into the body's return type.
+    pub async fn run<R, F>(locker: Locker, name: String, opts: &LockOptions, body: F) -> R
+    where
+        R: LockOutput,
+        F: AsyncFnOnce(&Lease) -> R,
+    {
+        match locker.run_owned_name(name, opts, body).await {
+            Ok(out) => out,
+            Err(err) => R::from_lock_error(err),
+        }
+    }
+}

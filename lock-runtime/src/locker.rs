@@ -1,0 +1,247 @@
+//! `Locker`: the handle users hold, its builder, and the process default.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use crate::node::{Node, Settings};
+use crate::watchdog::Watchdog;
+use crate::{Lease, LockError, LockOptions};
+
+/// Takes, renews and releases locks on one Redis node, or on N independent nodes (Redlock).
+/// Cheap to clone: clones share connections and the renewal watchdog.
+#[derive(Clone)]
+pub struct Locker {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) prefix: String,
+    pub(crate) watchdog: Watchdog,
+}
+
+impl std::fmt::Debug for Locker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let addrs: Vec<&str> = self.inner.nodes.iter().map(|n| n.addr()).collect();
+        f.debug_struct("Locker").field("nodes", &addrs).field("prefix", &self.inner.prefix).finish()
+    }
+}
+
+/// Builds a [`Locker`]: the Redis URL(s), the key prefix and the connection settings.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// let locker = lock_runtime::Locker::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .prefix("myapp:lock:")
+///     .response_timeout(Duration::from_millis(500))
+///     .connect()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LockerBuilder {
+    urls: Vec<String>,
+    prefix: String,
+    settings: Settings,
+}
+
+impl Default for LockerBuilder {
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            prefix: "lock:".to_owned(),
+            settings: Settings {
+                connect_timeout: Duration::from_secs(1),
+                response_timeout: Duration::from_secs(1),
+            },
+        }
+    }
+}
+
+impl LockerBuilder {
+    /// One Redis node (`redis://` or `rediss://`, credentials in the URL).
+    #[must_use]
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.urls = vec![url.into()];
+        self
+    }
+
+    /// N independent nodes for Redlock: a lock holds with a majority of them.
+    #[must_use]
+    pub fn urls<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.urls = urls.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Prefix of every key (default `lock:`); the key of lock `n` is `<prefix>{n}`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Bound on establishing a connection (default 1 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on each reply (default 1 s).
+    #[must_use]
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// Builds the locker without connecting: the first lock call connects.
+    pub fn build(self) -> Result<Locker, LockError> {
+        if self.urls.is_empty() {
+            return Err(LockError::config("", "no Redis URL given: call `.url(..)` or `.urls(..)`"));
+        }
+        let nodes = self
+            .urls
+            .iter()
+            .map(|u| Node::new(u, self.settings).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Locker { inner: Arc::new(Inner { nodes, prefix: self.prefix, watchdog: Watchdog::default() }) })
+    }
+
+    /// Builds the locker and checks that a majority of its nodes answer PING.
+    pub async fn connect(self) -> Result<Locker, LockError> {
+        let locker = self.build()?;
+        locker.check_connection().await?;
+        Ok(locker)
+    }
+}
+
+impl Locker {
+    /// A builder for a locker with a custom prefix, timeouts, or several nodes.
+    pub fn builder() -> LockerBuilder {
+        LockerBuilder::default()
+    }
+
+    /// Connects to one Redis node: `redis://[user:password@]host:port[/db]` or `rediss://...`.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        Self::builder().url(url).connect().await
+    }
+
+    /// Connects to N independent Redis nodes; locks hold with a majority (Redlock).
+    pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::builder().urls(urls).connect().await
+    }
+
+    /// How many nodes must grant a lock: `N/2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.nodes.len() / 2 + 1
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The Redis key of the lock `name`.
+    pub fn key_of(&self, name: &str) -> String {
+        format!("{}{{{name}}}", self.inner.prefix)
+    }
+
+    /// PINGs every node; fails unless a majority answers.
+    pub async fn check_connection(&self) -> Result<(), LockError> {
+        let mut failures = Vec::new();
+        let mut last = None;
+        for node in &self.inner.nodes {
+            if let Err(e) = node.ping().await {
+                failures.push((node.addr().to_owned(), e.to_string()));
+                last = Some(node.redis_error("", e));
+            }
+        }
+        let got = self.inner.nodes.len() - failures.len();
+        match last {
+            Some(err) if self.inner.nodes.len() == 1 => Err(err),
+            Some(_) if got < self.quorum() => Err(LockError::QuorumUnavailable {
+                name: String::new(),
+                got,
+                needed: self.quorum(),
+                failures,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the lock `name`, waiting up to `opts.wait` for a busy one. The lease is renewed in the
+    /// background until it is released or dropped.
+    pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
+        opts.validate_for(name)?;
+        crate::acquire::acquire(self, name.to_owned(), opts).await
+    }
+
+    /// Runs `body` under the lock `name`: acquire, renew, cancel the body at `max_exec` or when
+    /// the lock is lost, and release on every path (panics are resumed after the release).
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_runtime::Locker) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lock_runtime::LockOptions;
+    /// let opts = LockOptions::new(Duration::from_secs(10));
+    /// let fence = locker.run("nightly", &opts, async |lease| lease.fence()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<T, F>(&self, name: &str, opts: &LockOptions, body: F) -> Result<T, LockError>
+    where
+        F: AsyncFnOnce(&Lease) -> T,
+    {
+        self.run_owned_name(name.to_owned(), opts, body).await
+    }
+
+    pub(crate) async fn run_owned_name<T, F>(
+        &self,
+        name: String,
+        opts: &LockOptions,
+        body: F,
+    ) -> Result<T, LockError>
+    where
+        F: AsyncFnOnce(&Lease) -> T,
+    {
+        opts.validate_for(&name)?;
+        let lease = crate::acquire::acquire(self, name, opts).await?;
+        crate::run::run_body(lease, opts, body).await
+    }
+}
+
+static DEFAULT: OnceLock<Locker> = OnceLock::new();
+
+/// Sets the locker used by `#[distributed_lock]` functions without a `locker = ..` option.
+/// Returns the locker back if a default was already set or made.
+pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
+    DEFAULT.set(locker)
+}
+
+/// The process default locker: the one given to [`set_default_locker`], else one made on first
+/// use from `LOCK_REDIS_URL`, then `REDIS_URL`, then `redis://127.0.0.1:6379`.
+///
+/// # Panics
+/// When the URL from the environment cannot be parsed (the message names the variable).
+pub fn default_locker() -> Locker {
+    DEFAULT
+        .get_or_init(|| {
+            let (var, url) = ["LOCK_REDIS_URL", "REDIS_URL"]
+                .into_iter()
+                .find_map(|v| std::env::var(v).ok().map(|u| (v, u)))
+                .unwrap_or(("the built-in default", "redis://127.0.0.1:6379".to_owned()));
+            Locker::builder().url(url).build().unwrap_or_else(|e| {
+                panic!("cannot make the default lock_runtime::Locker from {var}: {e}")
+            })
+        })
+        .clone()
+}

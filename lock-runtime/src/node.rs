@@ -1,0 +1,278 @@
+//! One Redis server: its command connection, its scripts and its release notifications.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisResult, Value};
+use tokio::sync::{OnceCell, watch};
+
+use crate::LockError;
+use crate::scripts;
+
+/// Connection settings shared by every node of a locker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+/// The reply to an acquire attempt on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Taken { fence: u64 },
+    /// Held by someone else; the remaining PTTL when the key has one.
+    Busy { pttl: Option<Duration> },
+    /// The lock key, or its fence counter, holds data that is not ours; nothing was changed.
+    Foreign { detail: String },
+}
+
+pub(crate) struct Node {
+    addr: String,
+    conn: ConnectionManager,
+    pubsub_client: Client,
+    settings: Settings,
+    notifier: Arc<Notifier>,
+    pubsub: OnceCell<ConnectionManager>,
+}
+
+/// Release channels this node is subscribed to, each with a counter bumped on every message.
+#[derive(Default)]
+struct Notifier {
+    channels: Mutex<HashMap<String, (watch::Sender<u64>, usize)>>,
+}
+
+impl Notifier {
+    fn on_push(&self, push: PushInfo) {
+        let channels = self.channels.lock().expect("notifier lock");
+        match push.kind {
+            PushKind::Message => {
+                if let Some(Value::BulkString(name)) = push.data.first()
+                    && let Ok(name) = std::str::from_utf8(name)
+                    && let Some((tx, _)) = channels.get(name)
+                {
+                    tx.send_modify(|n| *n += 1);
+                }
+            }
+            // A dropped connection may have lost a release message: wake everyone to retry.
+            PushKind::Disconnection => {
+                for (tx, _) in channels.values() {
+                    tx.send_modify(|n| *n += 1);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Held while waiting for a release message; unsubscribes when the last waiter leaves.
+pub(crate) struct Subscription {
+    node: Arc<Node>,
+    channel: String,
+    pub(crate) rx: watch::Receiver<u64>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.node.notifier.channels.lock().expect("notifier lock");
+        let Some((_, count)) = channels.get_mut(&self.channel) else { return };
+        *count -= 1;
+        if *count > 0 {
+            return;
+        }
+        channels.remove(&self.channel);
+        drop(channels);
+        if let (Some(conn), Ok(handle)) =
+            (self.node.pubsub.get(), tokio::runtime::Handle::try_current())
+        {
+            let mut conn = conn.clone();
+            let channel = std::mem::take(&mut self.channel);
+            handle.spawn(async move {
+                let _ = conn.unsubscribe(channel).await;
+            });
+        }
+    }
+}
+
+fn manager_config(settings: Settings) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+impl Node {
+    /// Parses the URL and prepares lazy connections; nothing is sent yet.
+    pub(crate) fn new(url: &str, settings: Settings) -> Result<Self, LockError> {
+        let bad = |e: redis::RedisError| {
+            LockError::config("", format!("invalid Redis URL `{}`: {e}", redact(url)))
+        };
+        let info = url.into_connection_info().map_err(bad)?;
+        let addr = info.addr().to_string();
+        let client = Client::open(info.clone()).map_err(bad)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(settings))
+            .map_err(bad)?;
+        let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let pubsub_client = Client::open(info.set_redis_settings(resp3)).map_err(bad)?;
+        Ok(Self {
+            addr,
+            conn,
+            pubsub_client,
+            settings,
+            notifier: Arc::default(),
+            pubsub: OnceCell::new(),
+        })
+    }
+
+    /// `host:port`, without credentials.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
+    pub(crate) fn redis_error(&self, name: &str, source: redis::RedisError) -> LockError {
+        LockError::Redis { name: name.to_owned(), addr: self.addr.clone(), source }
+    }
+
+    /// Bounds a request by `limit`; a timeout becomes an I/O timeout error.
+    async fn bounded<T>(
+        limit: Duration,
+        fut: impl Future<Output = RedisResult<T>>,
+    ) -> RedisResult<T> {
+        match tokio::time::timeout(limit, fut).await {
+            Ok(res) => res,
+            Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no reply within {limit:?}"),
+            ))),
+        }
+    }
+
+    pub(crate) async fn ping(&self) -> RedisResult<()> {
+        let mut conn = self.conn.clone();
+        let limit = self.settings.connect_timeout + self.settings.response_timeout;
+        Self::bounded(limit, redis::cmd("PING").query_async::<()>(&mut conn)).await
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        fence_key: &str,
+        token: &str,
+        ttl_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<AcquireReply> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::ACQUIRE.key(key);
+        call.key(fence_key).arg(token).arg(ttl_ms);
+        let (status, value): (i64, Value) = Self::bounded(limit, call.invoke_async(&mut conn)).await?;
+        Ok(match (status, value) {
+            (1, Value::Int(fence)) => AcquireReply::Taken { fence: fence as u64 },
+            (0, Value::Int(pttl)) => {
+                AcquireReply::Busy { pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)) }
+            }
+            (-1, kind) => AcquireReply::Foreign {
+                detail: format!(
+                    "key `{key}` holds a {} value, not a lock; it was left untouched",
+                    value_text(&kind)
+                ),
+            },
+            (_, err) => AcquireReply::Foreign {
+                detail: format!(
+                    "fence counter `{fence_key}` is not an integer counter ({}); it was left untouched",
+                    value_text(&err)
+                ),
+            },
+        })
+    }
+
+    /// Renews many leases in one script call: `(key, token, ttl_ms)` each; true where still ours.
+    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> RedisResult<Vec<bool>> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::RENEW.prepare_invoke();
+        for (key, token, ttl_ms) in items {
+            call.key(*key).arg(*token).arg(*ttl_ms);
+        }
+        let out: Vec<i64> = Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        Ok(out.into_iter().map(|v| v == 1).collect())
+    }
+
+    /// Compare-and-delete (or compare-and-PEXPIRE to `keep_ms`); true when the key was ours.
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        token: &str,
+        keep_ms: u64,
+        channel: &str,
+    ) -> RedisResult<bool> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::RELEASE.key(key);
+        call.arg(token).arg(keep_ms).arg(channel);
+        let done: i64 = Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        Ok(done == 1)
+    }
+
+    pub(crate) async fn raise_fence(&self, fence_key: &str, fence: u64, limit: Duration) -> RedisResult<()> {
+        let mut conn = self.conn.clone();
+        let mut call = scripts::RAISE_FENCE.key(fence_key);
+        call.arg(fence);
+        let _: i64 = Self::bounded(limit, call.invoke_async(&mut conn)).await?;
+        Ok(())
+    }
+
+    /// Subscribes to a release channel; the receiver changes on every release message.
+    pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> RedisResult<Subscription> {
+        let rx = {
+            let mut channels = self.notifier.channels.lock().expect("notifier lock");
+            let entry = channels.entry(channel.to_owned()).or_insert_with(|| (watch::channel(0).0, 0));
+            entry.1 += 1;
+            entry.0.subscribe()
+        };
+        // From here on the subscription is counted, so dropping it undoes the count.
+        let sub = Subscription { node: Arc::clone(self), channel: channel.to_owned(), rx };
+        let conn = self
+            .pubsub
+            .get_or_try_init(|| async {
+                let notifier = Arc::clone(&self.notifier);
+                let config = manager_config(self.settings)
+                    .set_push_sender(move |push: PushInfo| {
+                        notifier.on_push(push);
+                        Ok::<(), std::convert::Infallible>(())
+                    })
+                    .set_automatic_resubscription();
+                let limit = self.settings.connect_timeout + self.settings.response_timeout;
+                Self::bounded(
+                    limit,
+                    ConnectionManager::new_with_config(self.pubsub_client.clone(), config),
+                )
+                .await
+            })
+            .await?;
+        let mut conn = conn.clone();
+        Self::bounded(self.settings.response_timeout, conn.subscribe(channel)).await?;
+        Ok(sub)
+    }
+}
+
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::SimpleString(s) => s.clone(),
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::ServerError(e) => format!("{e:?}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The URL with any password replaced, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
+}

@@ -1,0 +1,76 @@
+//! The Lua scripts. Each is loaded once per connection and then sent as EVALSHA
+//! (`redis::Script` falls back to loading it on NOSCRIPT, e.g. after a server restart).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// KEYS: lock, fence. ARGV: token, ttl ms.
+/// Returns `{1, fence}` when taken, `{0, pttl}` when busy, `{-1, type}` when the key holds another
+/// type, `{-2, error}` when the fence counter is not a counter (the lock key is then removed again).
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' and fence.err then
+    redis.call('DEL', KEYS[1])
+    return {-2, fence.err}
+  end
+  return {1, fence}
+end
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'string' then return {-1, kind} end
+return {0, redis.call('PTTL', KEYS[1])}
+",
+    )
+});
+
+/// KEYS: lock keys. ARGV: token and ttl ms for each key, in order.
+/// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token.
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.pcall('GET', key)
+  if value == ARGV[2 * i - 1] then
+    redis.call('PEXPIRE', key, ARGV[2 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+",
+    )
+});
+
+/// KEYS: lock. ARGV: token, ms to keep the key (0: delete it), release channel.
+/// Returns 1 when the key was ours, 0 when it was not (it is then left untouched).
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+else
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], ARGV[1])
+end
+return 1
+",
+    )
+});
+
+/// KEYS: fence. ARGV: a fence value. Raises the counter to the value if it is lower (Redlock).
+pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local wanted = tonumber(ARGV[1])
+if current < wanted then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+",
+    )
+});

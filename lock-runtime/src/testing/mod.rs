@@ -1,0 +1,43 @@
+//! Test support: real Redis servers and real network faults (feature `testing`, Unix only).
+//!
+//! Enable it in your dev-dependencies to test your own locked functions the way this crate tests
+//! itself:
+//!
+//! ```toml
+//! [dev-dependencies]
+//! lock-runtime = { version = "0.1", features = ["testing"] }
+//! ```
+//!
+//! - [`RedisServer`] runs a private `redis-server` process (from `REDIS_SERVER_BIN`, else from
+//!   `PATH`) on a free loopback port, and can pause, resume, kill and restart it.
+//! - [`FaultProxy`] sits between a client and that server and delays, blackholes or resets the
+//!   traffic on demand.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lock_runtime::testing::{FaultProxy, RedisServer};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() -> redis::RedisResult<()> {
+//!     let server = RedisServer::start(); // answers PING once this returns
+//!     let proxy = FaultProxy::start(server.addr()).await;
+//!     let client = redis::Client::open(proxy.url())?;
+//!     let mut con = client.get_multiplexed_async_connection().await?;
+//!     let _: () = redis::cmd("SET").arg("k").arg(1).query_async(&mut con).await?;
+//!
+//!     proxy.delay(Duration::from_millis(100)); // slow network
+//!     server.pause(); // frozen server (SIGSTOP) ...
+//!     server.resume(); // ... thawed
+//!     proxy.reset_all(); // dropped connections
+//!     server.restart(); // crash and restart, same port, empty data set
+//!     Ok(())
+//! }
+//! ```
+
+mod proxy;
+mod server;
+#[cfg(test)]
+mod test_resp;
+
+pub use proxy::FaultProxy;
+pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};

@@ -1,0 +1,195 @@
+//! The renewal watchdog: one task per locker renews every held lease, in batches.
+//!
+//! Leases wait in one schedule ordered by their next renewal. Each wake-up takes every lease due
+//! within a quarter of its renew period and renews them with one script call per node and per
+//! chunk, so 10,000 held leases cost a handful of round trips per tick, not 10,000 timers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::LostReason;
+use crate::acquire::on_all_nodes;
+use crate::lease::LeaseShared;
+use crate::node::Node;
+
+/// Most keys in one renew script call.
+const CHUNK: usize = 1000;
+
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    schedule: Mutex<Schedule>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Schedule {
+    due: BTreeMap<(Instant, u64), Arc<LeaseShared>>,
+    next_id: u64,
+    /// Leases taken out of `due` by a renewal round that has not finished yet.
+    in_flight: usize,
+    running: bool,
+}
+
+impl Schedule {
+    fn insert(&mut self, at: Instant, lease: Arc<LeaseShared>) -> bool {
+        self.next_id += 1;
+        let earliest = self.due.keys().next().is_none_or(|&(first, _)| at < first);
+        self.due.insert((at, self.next_id), lease);
+        earliest
+    }
+}
+
+/// Clears `running` if the task is dropped early, e.g. when its runtime shuts down.
+struct RunningGuard {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if self.armed
+            && let Ok(mut s) = self.shared.schedule.lock()
+        {
+            s.running = false;
+        }
+    }
+}
+
+impl Watchdog {
+    /// Starts renewing `lease` (first renewal one renew period after the acquire was sent).
+    pub(crate) fn register(&self, nodes: &[Arc<Node>], quorum: usize, lease: Arc<LeaseShared>) {
+        let at = lease.started + lease.renew;
+        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        let earliest = s.insert(at, lease);
+        if !s.running {
+            s.running = true;
+            drop(s);
+            let guard = RunningGuard { shared: Arc::clone(&self.shared), armed: true };
+            tokio::spawn(run(guard, nodes.to_vec(), quorum));
+        } else if earliest {
+            drop(s);
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Leases currently scheduled (for tests and metrics).
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.shared.schedule.lock().map(|s| s.due.len()).unwrap_or(0)
+    }
+}
+
+async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
+    let shared = Arc::clone(&guard.shared);
+    loop {
+        let now = Instant::now();
+        let (batch, next) = {
+            let mut s = shared.schedule.lock().expect("watchdog lock");
+            take_due(&mut s, now)
+        };
+        if !batch.is_empty() {
+            tokio::spawn(renew_round(Arc::clone(&shared), nodes.clone(), quorum, batch));
+            continue;
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = shared.wake.notified() => {}
+                }
+            }
+            None if shared.schedule.lock().expect("watchdog lock").in_flight > 0 => {
+                // A round is out; its end re-schedules its leases and wakes us.
+                shared.wake.notified().await;
+            }
+            None => {
+                // Decide to stop under the lock: a new lease either lands before this check, or
+                // sees `running == false` and starts a new task. Disarm the guard so that its
+                // drop cannot clear the flag of that new task.
+                let mut s = shared.schedule.lock().expect("watchdog lock");
+                if s.due.is_empty() && s.in_flight == 0 {
+                    s.running = false;
+                    guard.armed = false;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Removes and returns every live lease due by now (plus a quarter of its renew period);
+/// also returns when the next one is due.
+fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
+    let mut batch = Vec::new();
+    loop {
+        let Some((&(at, id), lease)) = s.due.iter().next() else { return (batch, None) };
+        if lease.is_ended() {
+            s.due.remove(&(at, id));
+            continue;
+        }
+        let early = lease.renew / 4;
+        if at > now + early {
+            return (batch, Some(at - early));
+        }
+        let lease = s.due.remove(&(at, id)).expect("present");
+        s.in_flight += 1;
+        batch.push(lease);
+    }
+}
+
+async fn renew_round(shared: Arc<Shared>, nodes: Vec<Arc<Node>>, quorum: usize, batch: Vec<Arc<LeaseShared>>) {
+    for chunk in batch.chunks(CHUNK) {
+        let sent = Instant::now();
+        let chunk: Arc<Vec<Arc<LeaseShared>>> = Arc::new(chunk.to_vec());
+        let replies = if let [node] = nodes.as_slice() {
+            vec![renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await]
+        } else {
+            on_all_nodes(&nodes, |node| renew_chunk(node, Arc::clone(&chunk))).await
+        };
+        let mut s = shared.schedule.lock().expect("watchdog lock");
+        s.in_flight -= chunk.len();
+        let now = Instant::now();
+        for (i, lease) in chunk.iter().enumerate() {
+            if lease.is_ended() {
+                continue;
+            }
+            let ours = replies.iter().filter(|r| matches!(r, Ok(v) if v[i])).count();
+            let not_ours = replies.iter().filter(|r| matches!(r, Ok(v) if !v[i])).count();
+            if ours >= quorum {
+                lease.confirm(sent);
+                s.insert(sent + lease.renew, Arc::clone(lease));
+            } else if not_ours > nodes.len() - quorum {
+                lease.mark_lost(LostReason::NotOwner);
+            } else if now >= lease.status.borrow().valid_until {
+                lease.mark_lost(LostReason::ValidityExpired);
+            } else {
+                // No majority answered: try again soon, while the lease is still valid.
+                let retry = (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+                s.insert(now + retry, Arc::clone(lease));
+            }
+        }
+        drop(s);
+        shared.wake.notify_one();
+    }
+}
+
+async fn renew_chunk(node: Arc<Node>, chunk: Arc<Vec<Arc<LeaseShared>>>) -> redis::RedisResult<Vec<bool>> {
+    let items: Vec<(&str, &str, u64)> = chunk
+        .iter()
+        .map(|l| (l.key.as_str(), l.token.as_str(), l.ttl.as_millis() as u64))
+        .collect();
+    let out = node.renew(&items).await;
+    if let Err(e) = &out {
+        tracing::debug!(node = node.addr(), error = %e, leases = items.len(), "renewal failed; retrying");
+    }
+    out
+}

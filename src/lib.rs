@@ -1,0 +1,1 @@
+//! Hosts the integration tests in `tests/` and the programs in `examples/`.

@@ -1,0 +1,402 @@
+//! The lock engine on one real redis-server: exclusion, scripts, renewal, loss, deadlines,
+//! release on every path, min_hold, waiting, and bad input.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockOptions, Locker, LostReason};
+use support::{Env, eventually, ms, opts};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
+    let env = Env::start().await;
+    let lockers = [env.locker.clone(), env.second_locker().await];
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let o = opts(5_000).wait(ms(20_000));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let locker = lockers[t % 2].clone();
+        let (inside, overlaps, fences) = (inside.clone(), overlaps.clone(), fences.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..300 {
+                locker
+                    .run("exclusive", &o, async |lease| {
+                        if inside.swap(true, Ordering::SeqCst) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        fences.lock().unwrap().push(lease.fence());
+                        tokio::task::yield_now().await;
+                        inside.store(false, Ordering::SeqCst);
+                    })
+                    .await
+                    .expect("section runs");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    let fences = fences.lock().unwrap();
+    assert_eq!(fences.len(), 2400);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences must strictly increase in lock order");
+}
+
+#[tokio::test]
+async fn acquire_is_one_evalsha_and_scripts_load_once() {
+    let env = Env::start().await;
+    let o = opts(5_000);
+    // Warm up: the first call loads the scripts.
+    env.locker.acquire("rt", &o).await.unwrap().release().await.unwrap();
+    env.reset_stats().await;
+    let lease = env.locker.acquire("rt", &o).await.unwrap();
+    assert_eq!(env.calls("evalsha").await, 1, "acquire must be one round trip (one EVALSHA)");
+    lease.release().await.unwrap();
+    assert_eq!(env.calls("evalsha").await, 2, "release must be one EVALSHA");
+    for _ in 0..50 {
+        env.locker.acquire("rt", &o).await.unwrap().release().await.unwrap();
+    }
+    assert_eq!(env.calls("eval").await, 0, "scripts are never sent in full");
+    assert_eq!(env.calls("script|load").await, 0, "scripts are loaded once");
+    assert_eq!(env.calls("evalsha").await, 102);
+}
+
+#[tokio::test]
+async fn stale_holder_never_touches_the_new_holders_key() {
+    let env = Env::start().await;
+    let key = env.key("stale");
+    for round in 0..100 {
+        // A: long ttl, fast renewal, so its watchdog tries to renew right after the takeover.
+        let a = env.locker.acquire("stale", &opts(60_000).renew(ms(5))).await.unwrap();
+        env.del(&key).await; // A's key expires (simulated).
+        let b = env.locker.acquire("stale", &opts(10_000)).await.unwrap();
+        assert!(b.fence() > a.fence());
+        // A's watchdog notices at its next renewal and does not extend B's key.
+        tokio::time::timeout(ms(2_000), a.lost()).await.expect("A learns it lost the lock");
+        let err = a.release().await.expect_err("A's release must fail");
+        assert!(matches!(err, LockError::Lost { reason: LostReason::NotOwner, .. }), "round {round}: {err}");
+        assert_eq!(env.get(&key).await.as_deref(), Some(b.token()), "round {round}: B's key was touched");
+        assert!(env.pttl(&key).await <= 10_000, "round {round}: B's key was extended by A");
+        b.release().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn watchdog_renews_while_the_body_runs_and_stops_after() {
+    let env = Env::start().await;
+    let key = env.key("renewed");
+    let o = opts(1_000).renew(ms(100));
+    let min_pttl = Arc::new(AtomicUsize::new(usize::MAX));
+    let sampler = {
+        let (raw_env_url, key, min_pttl) = (env.server.url(), key.clone(), min_pttl.clone());
+        tokio::spawn(async move {
+            let mut raw = support::raw_connection(&raw_env_url).await;
+            loop {
+                let p: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut raw).await.unwrap();
+                if p > 0 {
+                    min_pttl.fetch_min(p as usize, Ordering::SeqCst);
+                }
+                tokio::time::sleep(ms(5)).await;
+            }
+        })
+    };
+    env.locker
+        .run("renewed", &o, async |_| tokio::time::sleep(ms(800)).await)
+        .await
+        .unwrap();
+    sampler.abort();
+    let min = min_pttl.load(Ordering::SeqCst);
+    assert!(min >= 800, "PTTL dropped to {min} ms: the watchdog did not keep it above ttl - 2 x renew");
+    // After the end, no renewal is sent any more.
+    env.reset_stats().await;
+    tokio::time::sleep(ms(350)).await;
+    assert_eq!(env.calls("evalsha").await, 0, "the watchdog kept renewing an ended lease");
+}
+
+#[tokio::test]
+async fn key_deleted_by_someone_else_cancels_the_body_with_lost() {
+    let env = Env::start().await;
+    let key = env.key("stolen");
+    let o = opts(10_000).renew(ms(100));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let finished = Arc::new(AtomicBool::new(false));
+    let run = {
+        let (locker, finished) = (env.locker.clone(), finished.clone());
+        tokio::spawn(async move {
+            locker
+                .run("stolen", &o, async |_| {
+                    started_tx.send(()).unwrap();
+                    tokio::time::sleep(ms(5_000)).await;
+                    finished.store(true, Ordering::SeqCst);
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    env.del(&key).await;
+    let deleted = Instant::now();
+    let res = run.await.unwrap();
+    let took = deleted.elapsed();
+    assert!(matches!(res, Err(LockError::Lost { reason: LostReason::NotOwner, .. })), "{res:?}");
+    assert!(!finished.load(Ordering::SeqCst), "the body ran to its end");
+    assert!(took <= ms(100 + 100), "loss noticed after {took:?}, more than one renew period + a round trip");
+}
+
+/// Records when it is dropped: the moment the body was cancelled.
+struct DropClock(Arc<std::sync::Mutex<Option<Instant>>>);
+
+impl Drop for DropClock {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap() = Some(Instant::now());
+    }
+}
+
+#[tokio::test]
+async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers() {
+    let env = Env::start().await;
+    // max_exec defaults to ttl - drift, counted from the body's start; validity counts from
+    // when the acquire was sent, so here the lease's validity is the earlier bound.
+    let o = opts(600).renew(ms(100));
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let cancelled = Arc::new(std::sync::Mutex::new(None));
+    let run = {
+        let (locker, cancelled) = (env.locker.clone(), cancelled.clone());
+        tokio::spawn(async move {
+            locker
+                .run("frozen", &o, async |lease| {
+                    let _clock = DropClock(cancelled);
+                    started_tx.send((Instant::now(), lease.deadline())).unwrap();
+                    tokio::time::sleep(ms(5_000)).await;
+                })
+                .await
+        })
+    };
+    let (body_start, validity) = started_rx.await.unwrap();
+    env.server.pause();
+    let res = run.await.unwrap();
+    env.server.resume();
+    assert!(
+        matches!(res, Err(LockError::Lost { reason: LostReason::ValidityExpired, .. })),
+        "a body under a frozen Redis must end with Lost, got {res:?}"
+    );
+    let bound = (body_start + o.max_exec_or_default()).min(validity);
+    let at = cancelled.lock().unwrap().expect("the body was dropped");
+    assert!(at <= bound + ms(20), "body cancelled {:?} after the bound", at - bound);
+    // The same locker works again once Redis is back.
+    let lease = tokio::time::timeout(ms(5_000), async {
+        loop {
+            match env.locker.acquire("after-freeze", &opts(1_000)).await {
+                Ok(lease) => break lease,
+                Err(_) => tokio::time::sleep(ms(20)).await,
+            }
+        }
+    })
+    .await
+    .expect("the locker recovers after SIGCONT");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn max_exec_cancels_the_body_at_its_deadline_and_releases() {
+    let env = Env::start().await;
+    let o = opts(2_000).max_exec(ms(200));
+    let start = Instant::now();
+    let res = env.locker.run("slow", &o, async |_| tokio::time::sleep(ms(5_000)).await).await;
+    let took = start.elapsed();
+    assert!(matches!(res, Err(LockError::MaxExecExceeded { .. })), "{res:?}");
+    assert!(took >= ms(200) && took <= ms(200 + 20 + 5), "cancelled after {took:?}");
+    assert!(!env.exists(&env.key("slow")).await, "the key must be released at once");
+}
+
+#[tokio::test]
+async fn every_return_path_releases_at_once() {
+    let env = Env::start().await;
+    let key = env.key("paths");
+    let o = opts(30_000);
+    // Normal return.
+    let v = env.locker.run("paths", &o, async |_| 7).await.unwrap();
+    assert_eq!(v, 7);
+    assert!(!env.exists(&key).await, "normal return");
+    // `?` in the body: an Err value.
+    let r: Result<Result<(), std::io::Error>, _> = env
+        .locker
+        .run("paths", &o, async |_| {
+            Err::<(), _>(std::io::Error::other("boom"))?;
+            Ok(())
+        })
+        .await;
+    assert!(r.unwrap().is_err());
+    assert!(!env.exists(&key).await, "`?` return");
+    // Panic: released, then the panic is resumed with its payload.
+    let locker = env.locker.clone();
+    let panicked = tokio::spawn(async move {
+        locker.run("paths", &opts(30_000), async |_| panic!("body panicked")).await
+    })
+    .await
+    .expect_err("the panic is resumed");
+    assert!(panicked.is_panic());
+    let msg = panicked.into_panic().downcast::<&str>().map(|b| *b).unwrap_or_default();
+    assert_eq!(msg, "body panicked");
+    assert!(!env.exists(&key).await, "panic");
+    // The caller drops the future mid-body.
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let locker = env.locker.clone();
+    let task = tokio::spawn(async move {
+        locker
+            .run("paths", &opts(30_000), async |_| {
+                started_tx.send(()).unwrap();
+                std::future::pending::<()>().await;
+            })
+            .await
+    });
+    started_rx.await.unwrap();
+    assert!(env.exists(&key).await);
+    task.abort();
+    eventually(ms(200), "key released after the caller dropped the future", || env_exists_not(&env, &key)).await;
+}
+
+async fn env_exists_not(env: &Env, key: &str) -> bool {
+    !env.exists(key).await
+}
+
+#[tokio::test]
+async fn min_hold_keeps_the_key_after_an_early_return() {
+    let env = Env::start().await;
+    let key = env.key("job");
+    let o = opts(2_000).min_hold(ms(400));
+    let start = Instant::now();
+    env.locker.run("job", &o, async |_| ()).await.unwrap();
+    assert!(env.exists(&key).await, "the key stays after an early return");
+    let pttl = env.pttl(&key).await;
+    assert!(pttl > 0 && pttl <= 400, "PTTL {pttl} must be the rest of min_hold");
+    eventually(ms(1_000), "the key expires after min_hold", || env_exists_not(&env, &key)).await;
+    assert!(start.elapsed() >= ms(400), "gone after {:?}, before min_hold", start.elapsed());
+    // Another caller is refused while min_hold lasts.
+    env.locker.run("job", &o, async |_| ()).await.unwrap();
+    let err = env.locker.run("job", &o, async |_| ()).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_woken_by_the_release_not_by_polling() {
+    let env = Env::start().await;
+    // A long ttl: a waiter relying on the PTTL would wait 10 s.
+    let holder = env.locker.acquire("handoff", &opts(10_000)).await.unwrap();
+    let waiter = {
+        let locker = env.second_locker().await;
+        tokio::spawn(async move {
+            let lease = locker.acquire("handoff", &opts(10_000).wait(ms(5_000))).await.unwrap();
+            let at = Instant::now();
+            lease.release().await.unwrap();
+            at
+        })
+    };
+    // Let the waiter subscribe and park.
+    eventually(ms(2_000), "the waiter subscribed", || async {
+        let mut raw = env.raw.clone();
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("{}:released", env.key("handoff")))
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        n[0].1 > 0
+    })
+    .await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap();
+    let latency = acquired - released;
+    println!("hand-off latency: {latency:?}");
+    assert!(latency <= ms(50), "waiter woke {latency:?} after the release");
+}
+
+#[tokio::test]
+async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
+    let env = Env::start().await;
+    let _holder = env.locker.acquire("busy", &opts(10_000)).await.unwrap();
+    let start = Instant::now();
+    let err = env.locker.acquire("busy", &opts(10_000).wait(ms(300))).await.unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert!(took >= ms(300) && took <= ms(320), "Busy after {took:?}");
+    assert!(err.to_string().contains("busy"), "{err}");
+    env.reset_stats().await;
+    let err = env.locker.acquire("busy", &opts(10_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }));
+    assert_eq!(env.calls("evalsha").await, 1, "wait = 0 tries exactly once");
+}
+
+#[tokio::test]
+async fn bad_urls_and_unreachable_servers_fail_fast_with_the_address() {
+    let err = Locker::connect("http://127.0.0.1:1").await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert!(err.to_string().contains("http://127.0.0.1:1"), "{err}");
+    // A port with nothing listening.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = Instant::now();
+    let err = Locker::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+    assert!(start.elapsed() < ms(3_000), "connect took {:?}", start.elapsed());
+    assert!(matches!(err, LockError::Redis { .. }), "{err}");
+    assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+    // A lazily built locker fails at the lock call, naming the lock and the address.
+    let locker = Locker::builder().url(format!("redis://127.0.0.1:{port}")).build().unwrap();
+    let err = locker.acquire("nowhere", &opts(1_000)).await.unwrap_err();
+    assert!(err.to_string().contains("nowhere") && err.to_string().contains(&port.to_string()), "{err}");
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_an_error_and_left_untouched() {
+    let env = Env::start().await;
+    let key = env.key("wrongtype");
+    let mut raw = env.raw.clone();
+    let _: i64 = redis::cmd("RPUSH").arg(&key).arg("a").arg("b").query_async(&mut raw).await.unwrap();
+    let err = env.locker.acquire("wrongtype", &opts(1_000).wait(ms(200))).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("wrongtype") && text.contains("list"), "{text}");
+    let len: i64 = redis::cmd("LLEN").arg(&key).query_async(&mut raw).await.unwrap();
+    assert_eq!(len, 2, "the list was touched");
+    // A fence counter of another type: the lock key is not left behind either.
+    let fence_key = format!("{}:fence", env.key("badfence"));
+    let _: () = redis::cmd("SET").arg(&fence_key).arg("not a number").query_async(&mut raw).await.unwrap();
+    let err = env.locker.acquire("badfence", &opts(1_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert!(!env.exists(&env.key("badfence")).await);
+    assert_eq!(env.get(&fence_key).await.as_deref(), Some("not a number"));
+}
+
+#[tokio::test]
+async fn invalid_options_are_config_errors_naming_the_rule() {
+    let env = Env::start().await;
+    let cases: [(LockOptions, &str); 5] = [
+        (opts(0), "ttl"),
+        (LockOptions::new(Duration::from_micros(1500)), "whole number of milliseconds"),
+        (opts(1_000).max_exec(ms(995)), "max_exec"),
+        (opts(1_000).renew(ms(600)), "renew"),
+        (opts(1_000).min_hold(ms(2_000)), "min_hold"),
+    ];
+    for (o, rule) in cases {
+        let err = env.locker.acquire("opts", &o).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+        assert!(err.to_string().contains(rule) && err.to_string().contains("opts"), "{err}");
+        assert!(o.validate().is_err());
+    }
+    assert!(!env.exists(&env.key("opts")).await);
+}
+
+#[tokio::test]
+async fn lock_errors_convert_into_io_errors() {
+    fn io_path(e: LockError) -> std::io::Result<()> {
+        Err(e)?
+    }
+    let err = io_path(LockError::Busy { name: "n".into(), waited: ms(1) }).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    assert!(err.to_string().contains("`n`"));
+}

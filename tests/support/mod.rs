@@ -1,0 +1,99 @@
+//! Shared helpers of the integration tests: a private server, a raw connection, bounded waits.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_runtime::testing::RedisServer;
+use lock_runtime::{LockOptions, Locker};
+use redis::aio::MultiplexedConnection;
+
+/// A private redis-server with a locker and a raw connection to it.
+pub struct Env {
+    pub server: RedisServer,
+    pub locker: Locker,
+    pub raw: MultiplexedConnection,
+}
+
+impl Env {
+    pub async fn start() -> Self {
+        let server = RedisServer::start();
+        let locker = Locker::connect(&server.url()).await.expect("locker connects");
+        let raw = raw_connection(&server.url()).await;
+        Self { server, locker, raw }
+    }
+
+    /// Another locker with its own connections to the same server.
+    pub async fn second_locker(&self) -> Locker {
+        Locker::connect(&self.server.url()).await.expect("second locker connects")
+    }
+
+    pub fn key(&self, name: &str) -> String {
+        self.locker.key_of(name)
+    }
+
+    pub async fn exists(&self, key: &str) -> bool {
+        let mut raw = self.raw.clone();
+        redis::cmd("EXISTS").arg(key).query_async::<i64>(&mut raw).await.unwrap() == 1
+    }
+
+    pub async fn pttl(&self, key: &str) -> i64 {
+        let mut raw = self.raw.clone();
+        redis::cmd("PTTL").arg(key).query_async(&mut raw).await.unwrap()
+    }
+
+    pub async fn get(&self, key: &str) -> Option<String> {
+        let mut raw = self.raw.clone();
+        redis::cmd("GET").arg(key).query_async(&mut raw).await.unwrap()
+    }
+
+    pub async fn del(&self, key: &str) {
+        let mut raw = self.raw.clone();
+        let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut raw).await.unwrap();
+    }
+
+    pub async fn reset_stats(&self) {
+        let mut raw = self.raw.clone();
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+    }
+
+    /// How many times `command` ran since the last reset (from INFO commandstats).
+    pub async fn calls(&self, command: &str) -> u64 {
+        let mut raw = self.raw.clone();
+        let info: String =
+            redis::cmd("INFO").arg("commandstats").query_async(&mut raw).await.unwrap();
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+}
+
+pub async fn raw_connection(url: &str) -> MultiplexedConnection {
+    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+pub fn opts(ttl_ms: u64) -> LockOptions {
+    LockOptions::new(Duration::from_millis(ttl_ms))
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Polls `check` every millisecond until it holds; panics with `what` after `limit`.
+pub async fn eventually<F, Fut>(limit: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < until, "timed out after {limit:?} waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

@@ -1,0 +1,87 @@
+//! Project tasks: `cargo xtask test` (everything CI runs), `cargo xtask example [name]`,
+//! `cargo xtask bench`. Each installs `redis-server` first when it is missing.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => test(),
+        Some("example") => example(args.get(1).map_or("scheduled_job", String::as_str)),
+        Some("bench") => ensure_redis().and_then(|()| run("cargo", &["bench", "--bench", "locks"])),
+        Some("setup") => ensure_redis(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <test | example [name] | bench | setup>\n  \
+                 test     fmt check, clippy -D warnings, every test (including the slow ones)\n  \
+                 example  run an example against a private redis-server (default: scheduled_job)\n  \
+                 bench    the benchmark table\n  \
+                 setup    install redis-server when missing"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn test() -> Result<(), String> {
+    ensure_redis()?;
+    run("cargo", &["fmt", "--all", "--check"])?;
+    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run("cargo", &["test", "--workspace", "--", "--include-ignored"])
+}
+
+fn example(name: &str) -> Result<(), String> {
+    ensure_redis()?;
+    run("cargo", &["run", "--quiet", "--example", name])
+}
+
+fn run(program: &str, args: &[&str]) -> Result<(), String> {
+    eprintln!("+ {program} {}", args.join(" "));
+    let status =
+        Command::new(program).args(args).status().map_err(|e| format!("cannot run {program}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("`{program} {}` failed: {status}", args.join(" "))) }
+}
+
+/// Makes sure a `redis-server` binary is available: `REDIS_SERVER_BIN`, or PATH, or apt-get.
+fn ensure_redis() -> Result<(), String> {
+    let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
+    if Command::new(&bin).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Ok(());
+    }
+    eprintln!("xtask: `{bin}` not found; installing the Debian package redis-server");
+    let have_apt = Command::new("apt-get").arg("--version").output().is_ok();
+    if !have_apt {
+        return Err("redis-server is missing and apt-get is not available: install Redis \
+                    (e.g. `brew install redis`) or set REDIS_SERVER_BIN to its path"
+            .to_owned());
+    }
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let apt = |args: &[&str]| {
+        let mut full: Vec<&str> = sudo.to_vec();
+        full.push("apt-get");
+        full.extend_from_slice(args);
+        run(full[0], &full[1..])
+    };
+    apt(&["update", "-q"])?;
+    apt(&["install", "-y", "-q", "--no-install-recommends", "redis-server"])?;
+    // The package may start a service on 6379; the tests never use it, they start their own.
+    if Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        Ok(())
+    } else {
+        Err("redis-server still not found after installing it".to_owned())
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
