@@ -400,3 +400,35 @@ async fn lock_errors_convert_into_io_errors() {
     assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
     assert!(err.to_string().contains("`n`"));
 }
+
+#[tokio::test]
+async fn the_locker_reconnects_after_the_server_restarts() {
+    let env = Env::start().await;
+    env.locker.acquire("before", &opts(1_000)).await.unwrap().release().await.unwrap();
+    env.server.restart();
+    // The first call after the restart may see the dropped connection; it must not stay broken.
+    let lease = tokio::time::timeout(ms(5_000), async {
+        loop {
+            match env.locker.acquire("after", &opts(1_000)).await {
+                Ok(lease) => break lease,
+                Err(e) => {
+                    assert!(matches!(e, LockError::Redis { .. }), "{e}");
+                    tokio::time::sleep(ms(10)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the locker reconnects by itself");
+    // Scripts are re-loaded on the fresh server (EVALSHA falls back on NOSCRIPT).
+    assert_eq!(lease.fence(), 1, "the restarted server has no data");
+    lease.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tls_urls_without_tls_support_say_so() {
+    let err = Locker::builder().url("rediss://127.0.0.1:6390").build().unwrap_err();
+    println!("{err}");
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert!(err.to_string().contains("rediss://127.0.0.1:6390"), "{err}");
+}

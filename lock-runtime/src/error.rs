@@ -56,7 +56,7 @@ pub enum LockError {
         failures: Vec<(String, String)>,
     },
     /// Talking to Redis failed (connection refused, timeout, unexpected reply).
-    #[error("lock `{name}`: Redis at {addr} failed: {source}; check that the server is up and reachable")]
+    #[error("{}Redis at {addr} failed: {source}; check that the server is up and reachable", subject(name))]
     Redis {
         /// The lock's name (empty when connecting outside a lock call).
         name: String,
@@ -67,7 +67,7 @@ pub enum LockError {
         source: redis::RedisError,
     },
     /// A bad URL, a bad option, or a lock key holding data that is not a lock.
-    #[error("lock `{name}`: {message}")]
+    #[error("{}{message}", subject(name))]
     Config {
         /// The lock's name (empty for locker-wide settings).
         name: String,
@@ -93,6 +93,11 @@ impl std::fmt::Display for LostReason {
             Self::ValidityExpired => "no renewal was confirmed before the lease's validity ran out",
         })
     }
+}
+
+/// "lock `name`: ", or nothing for errors outside a lock call (building a locker).
+fn subject(name: &str) -> String {
+    if name.is_empty() { String::new() } else { format!("lock `{name}`: ") }
 }
 
 fn format_failures(failures: &[(String, String)]) -> String {

@@ -108,7 +108,12 @@ impl Node {
     /// Parses the URL and prepares lazy connections; nothing is sent yet.
     pub(crate) fn new(url: &str, settings: Settings) -> Result<Self, LockError> {
         let bad = |e: redis::RedisError| {
-            LockError::config("", format!("invalid Redis URL `{}`: {e}", redact(url)))
+            let hint = if url.starts_with("rediss://") {
+                "; this build has no TLS support: reach the server over redis:// (e.g. through a TLS tunnel)"
+            } else {
+                "; expected redis://[user:password@]host:port[/db]"
+            };
+            LockError::config("", format!("invalid Redis URL `{}`: {e}{hint}", redact(url)))
         };
         let info = url.into_connection_info().map_err(bad)?;
         let addr = info.addr().to_string();

@@ -1,0 +1,23 @@
+//! The process default locker comes from `LOCK_REDIS_URL` (one test per binary: it is global).
+
+use std::time::Duration;
+
+use lock_runtime::LockOptions;
+use lock_runtime::testing::RedisServer;
+
+#[tokio::test]
+async fn default_locker_is_made_from_lock_redis_url() {
+    let server = RedisServer::start();
+    // SAFETY: set before any thread reads the environment; this binary has one test.
+    unsafe {
+        std::env::set_var("LOCK_REDIS_URL", server.url());
+        std::env::set_var("REDIS_URL", "redis://127.0.0.1:1");
+    }
+    let locker = lock_runtime::default_locker();
+    assert!(format!("{locker:?}").contains(&server.port().to_string()), "{locker:?}");
+    let lease = locker.acquire("default", &LockOptions::new(Duration::from_secs(1))).await.unwrap();
+    assert_eq!(lease.fence(), 1);
+    lease.release().await.unwrap();
+    // Once made, it cannot be replaced.
+    assert!(lock_runtime::set_default_locker(locker).is_err());
+}
