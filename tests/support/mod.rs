@@ -18,14 +18,22 @@ pub struct Env {
 impl Env {
     pub async fn start() -> Self {
         let server = RedisServer::start();
-        let locker = Locker::connect(&server.url()).await.expect("locker connects");
+        let locker = Locker::connect(&server.url())
+            .await
+            .expect("locker connects");
         let raw = raw_connection(&server.url()).await;
-        Self { server, locker, raw }
+        Self {
+            server,
+            locker,
+            raw,
+        }
     }
 
     /// Another locker with its own connections to the same server.
     pub async fn second_locker(&self) -> Locker {
-        Locker::connect(&self.server.url()).await.expect("second locker connects")
+        Locker::connect(&self.server.url())
+            .await
+            .expect("second locker connects")
     }
 
     pub fn key(&self, name: &str) -> String {
@@ -34,34 +42,58 @@ impl Env {
 
     pub async fn exists(&self, key: &str) -> bool {
         let mut raw = self.raw.clone();
-        redis::cmd("EXISTS").arg(key).query_async::<i64>(&mut raw).await.unwrap() == 1
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<i64>(&mut raw)
+            .await
+            .unwrap()
+            == 1
     }
 
     pub async fn pttl(&self, key: &str) -> i64 {
         let mut raw = self.raw.clone();
-        redis::cmd("PTTL").arg(key).query_async(&mut raw).await.unwrap()
+        redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
     }
 
     pub async fn get(&self, key: &str) -> Option<String> {
         let mut raw = self.raw.clone();
-        redis::cmd("GET").arg(key).query_async(&mut raw).await.unwrap()
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap()
     }
 
     pub async fn del(&self, key: &str) {
         let mut raw = self.raw.clone();
-        let _: i64 = redis::cmd("DEL").arg(key).query_async(&mut raw).await.unwrap();
+        let _: i64 = redis::cmd("DEL")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
     }
 
     pub async fn reset_stats(&self) {
         let mut raw = self.raw.clone();
-        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut raw).await.unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
     }
 
     /// How many times `command` ran since the last reset (from INFO commandstats).
     pub async fn calls(&self, command: &str) -> u64 {
         let mut raw = self.raw.clone();
-        let info: String =
-            redis::cmd("INFO").arg("commandstats").query_async(&mut raw).await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
         let prefix = format!("cmdstat_{command}:calls=");
         info.lines()
             .find_map(|l| l.strip_prefix(&prefix))
@@ -71,7 +103,11 @@ impl Env {
 }
 
 pub async fn raw_connection(url: &str) -> MultiplexedConnection {
-    redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 pub fn opts(ttl_ms: u64) -> LockOptions {
@@ -93,7 +129,54 @@ where
         if check().await {
             return;
         }
-        assert!(tokio::time::Instant::now() < until, "timed out after {limit:?} waiting for: {what}");
+        assert!(
+            tokio::time::Instant::now() < until,
+            "timed out after {limit:?} waiting for: {what}"
+        );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// Runs `fut` with a tracing subscriber that records every event as "level target: fields".
+pub async fn capture_logs<F: Future>(fut: F) -> Vec<String> {
+    let logs = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let dispatch = tracing::Dispatch::new(Recorder(logs.clone()));
+    let guard = tracing::dispatcher::set_default(&dispatch);
+    fut.await;
+    drop(guard);
+    let out = logs.lock().unwrap().clone();
+    out
+}
+
+struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Fields(String);
+
+impl tracing::field::Visit for Fields {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        let _ = write!(self.0, " {}={value:?}", field.name());
+    }
+}
+
+impl tracing::Subscriber for Recorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Fields(format!(
+            "{} {}:",
+            event.metadata().level(),
+            event.metadata().target()
+        ));
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
 }
