@@ -23,7 +23,10 @@ impl FencedStore {
     fn write(&self, fence: u64, value: &str) -> Result<(), String> {
         let mut state = self.state.lock().unwrap();
         if fence <= state.0 {
-            return Err(format!("refused `{value}`: fence {fence} <= {} already seen", state.0));
+            return Err(format!(
+                "refused `{value}`: fence {fence} <= {} already seen",
+                state.0
+            ));
         }
         state.0 = fence;
         state.1.push(value.to_owned());
@@ -47,10 +50,16 @@ fn main() {
     let (a_store, a_url) = (Arc::clone(&store), url.clone());
     let (holds_tx, holds_rx) = std::sync::mpsc::channel();
     let holder_a = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let locker = Locker::connect(&a_url).await.unwrap();
-            let lease = locker.acquire("ledger", &LockOptions::new(ttl)).await.unwrap();
+            let lease = locker
+                .acquire("ledger", &LockOptions::new(ttl))
+                .await
+                .unwrap();
             println!("A holds the lock with fence {}", lease.fence());
             holds_tx.send(()).unwrap();
             // A stalls: nothing on this runtime runs, not even its renewal watchdog.
@@ -70,7 +79,10 @@ fn main() {
         let opts = LockOptions::new(ttl).wait(Duration::from_secs(2));
         // B waits until A's key expires, then writes with a higher fence.
         let lease = locker.acquire("ledger", &opts).await.unwrap();
-        println!("B holds the lock with fence {} after A's key expired", lease.fence());
+        println!(
+            "B holds the lock with fence {} after A's key expired",
+            lease.fence()
+        );
         store.write(lease.fence(), "written by B").unwrap();
         println!("B's write accepted");
         lease.release().await.unwrap();

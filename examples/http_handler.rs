@@ -46,7 +46,9 @@ async fn withdraw(account_id: u64, amount: u64, accounts: Arc<Accounts>) -> Resu
     // A slow step between the read and the write: without the lock, concurrent requests would
     // all read the same balance and the account would lose updates.
     tokio::time::sleep(Duration::from_millis(10)).await;
-    let left = balance.checked_sub(amount).ok_or(ApiError::InsufficientFunds)?;
+    let left = balance
+        .checked_sub(amount)
+        .ok_or(ApiError::InsufficientFunds)?;
     accounts.set(account_id, left);
     Ok(left)
 }
@@ -91,7 +93,11 @@ async fn main() {
     }
     let took = started.elapsed();
     for id in [1, 2, 3] {
-        println!("account {id}: balance {} (expected {})", accounts.balance(id), 1_000 - 20 * 10);
+        println!(
+            "account {id}: balance {} (expected {})",
+            accounts.balance(id),
+            1_000 - 20 * 10
+        );
     }
     println!(
         "60 requests, {failed} failed, in {took:?}: each account serialised its 20 requests \

@@ -41,7 +41,11 @@ async fn main() -> Result<(), LockError> {
             let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
             let started = tokio::time::Instant::now();
             let lease = locker.acquire("invoice:42", &opts).await?;
-            println!("the waiter got it after {:?}, fence {}", started.elapsed(), lease.fence());
+            println!(
+                "the waiter got it after {:?}, fence {}",
+                started.elapsed(),
+                lease.fence()
+            );
             lease.release().await
         })
     };

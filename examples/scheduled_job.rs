@@ -51,12 +51,20 @@ async fn main() {
     for guarded in [true, false] {
         println!(
             "{}",
-            if guarded { "with min_hold = 800ms:" } else { "without min_hold:" }
+            if guarded {
+                "with min_hold = 800ms:"
+            } else {
+                "without min_hold:"
+            }
         );
         let mut workers = Vec::new();
         for id in 0..4 {
             let locker = Locker::connect(&url).await.expect("connect");
-            workers.push(Arc::new(Worker { id, locker, runs: Arc::new(AtomicU32::new(0)) }));
+            workers.push(Arc::new(Worker {
+                id,
+                locker,
+                runs: Arc::new(AtomicU32::new(0)),
+            }));
         }
         for tick in 0..3 {
             let mut handles = Vec::new();

@@ -14,8 +14,14 @@ async fn default_locker_is_made_from_lock_redis_url() {
         std::env::set_var("REDIS_URL", "redis://127.0.0.1:1");
     }
     let locker = lock_runtime::default_locker();
-    assert!(format!("{locker:?}").contains(&server.port().to_string()), "{locker:?}");
-    let lease = locker.acquire("default", &LockOptions::new(Duration::from_secs(1))).await.unwrap();
+    assert!(
+        format!("{locker:?}").contains(&server.port().to_string()),
+        "{locker:?}"
+    );
+    let lease = locker
+        .acquire("default", &LockOptions::new(Duration::from_secs(1)))
+        .await
+        .unwrap();
     assert_eq!(lease.fence(), 1);
     lease.release().await.unwrap();
     // Once made, it cannot be replaced.

@@ -42,10 +42,17 @@ async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
     for t in tasks {
         t.await.unwrap();
     }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders were inside at once");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
     let fences = fences.lock().unwrap();
     assert_eq!(fences.len(), 2400);
-    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences must strictly increase in lock order");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase in lock order"
+    );
 }
 
 #[tokio::test]
@@ -53,14 +60,30 @@ async fn acquire_is_one_evalsha_and_scripts_load_once() {
     let env = Env::start().await;
     let o = opts(5_000);
     // Warm up: the first call loads the scripts.
-    env.locker.acquire("rt", &o).await.unwrap().release().await.unwrap();
+    env.locker
+        .acquire("rt", &o)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     env.reset_stats().await;
     let lease = env.locker.acquire("rt", &o).await.unwrap();
-    assert_eq!(env.calls("evalsha").await, 1, "acquire must be one round trip (one EVALSHA)");
+    assert_eq!(
+        env.calls("evalsha").await,
+        1,
+        "acquire must be one round trip (one EVALSHA)"
+    );
     lease.release().await.unwrap();
     assert_eq!(env.calls("evalsha").await, 2, "release must be one EVALSHA");
     for _ in 0..50 {
-        env.locker.acquire("rt", &o).await.unwrap().release().await.unwrap();
+        env.locker
+            .acquire("rt", &o)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
     }
     assert_eq!(env.calls("eval").await, 0, "scripts are never sent in full");
     assert_eq!(env.calls("script|load").await, 0, "scripts are loaded once");
@@ -73,16 +96,38 @@ async fn stale_holder_never_touches_the_new_holders_key() {
     let key = env.key("stale");
     for round in 0..100 {
         // A: long ttl, fast renewal, so its watchdog tries to renew right after the takeover.
-        let a = env.locker.acquire("stale", &opts(60_000).renew(ms(5))).await.unwrap();
+        let a = env
+            .locker
+            .acquire("stale", &opts(60_000).renew(ms(5)))
+            .await
+            .unwrap();
         env.del(&key).await; // A's key expires (simulated).
         let b = env.locker.acquire("stale", &opts(10_000)).await.unwrap();
         assert!(b.fence() > a.fence());
         // A's watchdog notices at its next renewal and does not extend B's key.
-        tokio::time::timeout(ms(2_000), a.lost()).await.expect("A learns it lost the lock");
+        tokio::time::timeout(ms(2_000), a.lost())
+            .await
+            .expect("A learns it lost the lock");
         let err = a.release().await.expect_err("A's release must fail");
-        assert!(matches!(err, LockError::Lost { reason: LostReason::NotOwner, .. }), "round {round}: {err}");
-        assert_eq!(env.get(&key).await.as_deref(), Some(b.token()), "round {round}: B's key was touched");
-        assert!(env.pttl(&key).await <= 10_000, "round {round}: B's key was extended by A");
+        assert!(
+            matches!(
+                err,
+                LockError::Lost {
+                    reason: LostReason::NotOwner,
+                    ..
+                }
+            ),
+            "round {round}: {err}"
+        );
+        assert_eq!(
+            env.get(&key).await.as_deref(),
+            Some(b.token()),
+            "round {round}: B's key was touched"
+        );
+        assert!(
+            env.pttl(&key).await <= 10_000,
+            "round {round}: B's key was extended by A"
+        );
         b.release().await.unwrap();
     }
 }
@@ -98,7 +143,11 @@ async fn watchdog_renews_while_the_body_runs_and_stops_after() {
         tokio::spawn(async move {
             let mut raw = support::raw_connection(&raw_env_url).await;
             loop {
-                let p: i64 = redis::cmd("PTTL").arg(&key).query_async(&mut raw).await.unwrap();
+                let p: i64 = redis::cmd("PTTL")
+                    .arg(&key)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
                 if p > 0 {
                     min_pttl.fetch_min(p as usize, Ordering::SeqCst);
                 }
@@ -112,11 +161,18 @@ async fn watchdog_renews_while_the_body_runs_and_stops_after() {
         .unwrap();
     sampler.abort();
     let min = min_pttl.load(Ordering::SeqCst);
-    assert!(min >= 800, "PTTL dropped to {min} ms: the watchdog did not keep it above ttl - 2 x renew");
+    assert!(
+        min >= 800,
+        "PTTL dropped to {min} ms: the watchdog did not keep it above ttl - 2 x renew"
+    );
     // After the end, no renewal is sent any more.
     env.reset_stats().await;
     tokio::time::sleep(ms(350)).await;
-    assert_eq!(env.calls("evalsha").await, 0, "the watchdog kept renewing an ended lease");
+    assert_eq!(
+        env.calls("evalsha").await,
+        0,
+        "the watchdog kept renewing an ended lease"
+    );
 }
 
 #[tokio::test]
@@ -143,9 +199,21 @@ async fn key_deleted_by_someone_else_cancels_the_body_with_lost() {
     let deleted = Instant::now();
     let res = run.await.unwrap();
     let took = deleted.elapsed();
-    assert!(matches!(res, Err(LockError::Lost { reason: LostReason::NotOwner, .. })), "{res:?}");
+    assert!(
+        matches!(
+            res,
+            Err(LockError::Lost {
+                reason: LostReason::NotOwner,
+                ..
+            })
+        ),
+        "{res:?}"
+    );
     assert!(!finished.load(Ordering::SeqCst), "the body ran to its end");
-    assert!(took <= ms(100 + 100), "loss noticed after {took:?}, more than one renew period + a round trip");
+    assert!(
+        took <= ms(100 + 100),
+        "loss noticed after {took:?}, more than one renew period + a round trip"
+    );
 }
 
 /// Records when it is dropped: the moment the body was cancelled.
@@ -182,12 +250,22 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
     let res = run.await.unwrap();
     env.server.resume();
     assert!(
-        matches!(res, Err(LockError::Lost { reason: LostReason::ValidityExpired, .. })),
+        matches!(
+            res,
+            Err(LockError::Lost {
+                reason: LostReason::ValidityExpired,
+                ..
+            })
+        ),
         "a body under a frozen Redis must end with Lost, got {res:?}"
     );
     let bound = (body_start + o.max_exec_or_default()).min(validity);
     let at = cancelled.lock().unwrap().expect("the body was dropped");
-    assert!(at <= bound + ms(20), "body cancelled {:?} after the bound", at - bound);
+    assert!(
+        at <= bound + ms(20),
+        "body cancelled {:?} after the bound",
+        at - bound
+    );
     // The same locker works again once Redis is back.
     let lease = tokio::time::timeout(ms(5_000), async {
         loop {
@@ -207,11 +285,23 @@ async fn max_exec_cancels_the_body_at_its_deadline_and_releases() {
     let env = Env::start().await;
     let o = opts(2_000).max_exec(ms(200));
     let start = Instant::now();
-    let res = env.locker.run("slow", &o, async |_| tokio::time::sleep(ms(5_000)).await).await;
+    let res = env
+        .locker
+        .run("slow", &o, async |_| tokio::time::sleep(ms(5_000)).await)
+        .await;
     let took = start.elapsed();
-    assert!(matches!(res, Err(LockError::MaxExecExceeded { .. })), "{res:?}");
-    assert!(took >= ms(200) && took <= ms(200 + 20 + 5), "cancelled after {took:?}");
-    assert!(!env.exists(&env.key("slow")).await, "the key must be released at once");
+    assert!(
+        matches!(res, Err(LockError::MaxExecExceeded { .. })),
+        "{res:?}"
+    );
+    assert!(
+        took >= ms(200) && took <= ms(200 + 20 + 5),
+        "cancelled after {took:?}"
+    );
+    assert!(
+        !env.exists(&env.key("slow")).await,
+        "the key must be released at once"
+    );
 }
 
 #[tokio::test]
@@ -236,12 +326,18 @@ async fn every_return_path_releases_at_once() {
     // Panic: released, then the panic is resumed with its payload.
     let locker = env.locker.clone();
     let panicked = tokio::spawn(async move {
-        locker.run("paths", &opts(30_000), async |_| panic!("body panicked")).await
+        locker
+            .run("paths", &opts(30_000), async |_| panic!("body panicked"))
+            .await
     })
     .await
     .expect_err("the panic is resumed");
     assert!(panicked.is_panic());
-    let msg = panicked.into_panic().downcast::<&str>().map(|b| *b).unwrap_or_default();
+    let msg = panicked
+        .into_panic()
+        .downcast::<&str>()
+        .map(|b| *b)
+        .unwrap_or_default();
     assert_eq!(msg, "body panicked");
     assert!(!env.exists(&key).await, "panic");
     // The caller drops the future mid-body.
@@ -258,7 +354,12 @@ async fn every_return_path_releases_at_once() {
     started_rx.await.unwrap();
     assert!(env.exists(&key).await);
     task.abort();
-    eventually(ms(200), "key released after the caller dropped the future", || env_exists_not(&env, &key)).await;
+    eventually(
+        ms(200),
+        "key released after the caller dropped the future",
+        || env_exists_not(&env, &key),
+    )
+    .await;
 }
 
 async fn env_exists_not(env: &Env, key: &str) -> bool {
@@ -272,11 +373,24 @@ async fn min_hold_keeps_the_key_after_an_early_return() {
     let o = opts(2_000).min_hold(ms(400));
     let start = Instant::now();
     env.locker.run("job", &o, async |_| ()).await.unwrap();
-    assert!(env.exists(&key).await, "the key stays after an early return");
+    assert!(
+        env.exists(&key).await,
+        "the key stays after an early return"
+    );
     let pttl = env.pttl(&key).await;
-    assert!(pttl > 0 && pttl <= 400, "PTTL {pttl} must be the rest of min_hold");
-    eventually(ms(1_000), "the key expires after min_hold", || env_exists_not(&env, &key)).await;
-    assert!(start.elapsed() >= ms(400), "gone after {:?}, before min_hold", start.elapsed());
+    assert!(
+        pttl > 0 && pttl <= 400,
+        "PTTL {pttl} must be the rest of min_hold"
+    );
+    eventually(ms(1_000), "the key expires after min_hold", || {
+        env_exists_not(&env, &key)
+    })
+    .await;
+    assert!(
+        start.elapsed() >= ms(400),
+        "gone after {:?}, before min_hold",
+        start.elapsed()
+    );
     // Another caller is refused while min_hold lasts.
     env.locker.run("job", &o, async |_| ()).await.unwrap();
     let err = env.locker.run("job", &o, async |_| ()).await.unwrap_err();
@@ -291,7 +405,10 @@ async fn waiter_is_woken_by_the_release_not_by_polling() {
     let waiter = {
         let locker = env.second_locker().await;
         tokio::spawn(async move {
-            let lease = locker.acquire("handoff", &opts(10_000).wait(ms(5_000))).await.unwrap();
+            let lease = locker
+                .acquire("handoff", &opts(10_000).wait(ms(5_000)))
+                .await
+                .unwrap();
             let at = Instant::now();
             lease.release().await.unwrap();
             at
@@ -314,7 +431,10 @@ async fn waiter_is_woken_by_the_release_not_by_polling() {
     let acquired = waiter.await.unwrap();
     let latency = acquired - released;
     println!("hand-off latency: {latency:?}");
-    assert!(latency <= ms(50), "waiter woke {latency:?} after the release");
+    assert!(
+        latency <= ms(50),
+        "waiter woke {latency:?} after the release"
+    );
 }
 
 #[tokio::test]
@@ -322,7 +442,11 @@ async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     let env = Env::start().await;
     let _holder = env.locker.acquire("busy", &opts(10_000)).await.unwrap();
     let start = Instant::now();
-    let err = env.locker.acquire("busy", &opts(10_000).wait(ms(300))).await.unwrap_err();
+    let err = env
+        .locker
+        .acquire("busy", &opts(10_000).wait(ms(300)))
+        .await
+        .unwrap_err();
     let took = start.elapsed();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
     assert!(took >= ms(300) && took <= ms(320), "Busy after {took:?}");
@@ -339,16 +463,35 @@ async fn bad_urls_and_unreachable_servers_fail_fast_with_the_address() {
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     assert!(err.to_string().contains("http://127.0.0.1:1"), "{err}");
     // A port with nothing listening.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let start = Instant::now();
-    let err = Locker::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
-    assert!(start.elapsed() < ms(3_000), "connect took {:?}", start.elapsed());
+    let err = Locker::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(
+        start.elapsed() < ms(3_000),
+        "connect took {:?}",
+        start.elapsed()
+    );
     assert!(matches!(err, LockError::Redis { .. }), "{err}");
-    assert!(err.to_string().contains(&format!("127.0.0.1:{port}")), "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
     // A lazily built locker fails at the lock call, naming the lock and the address.
-    let locker = Locker::builder().url(format!("redis://127.0.0.1:{port}")).build().unwrap();
+    let locker = Locker::builder()
+        .url(format!("redis://127.0.0.1:{port}"))
+        .build()
+        .unwrap();
     let err = locker.acquire("nowhere", &opts(1_000)).await.unwrap_err();
-    assert!(err.to_string().contains("nowhere") && err.to_string().contains(&port.to_string()), "{err}");
+    assert!(
+        err.to_string().contains("nowhere") && err.to_string().contains(&port.to_string()),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -356,17 +499,43 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
     let env = Env::start().await;
     let key = env.key("wrongtype");
     let mut raw = env.raw.clone();
-    let _: i64 = redis::cmd("RPUSH").arg(&key).arg("a").arg("b").query_async(&mut raw).await.unwrap();
-    let err = env.locker.acquire("wrongtype", &opts(1_000).wait(ms(200))).await.unwrap_err();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg("a")
+        .arg("b")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = env
+        .locker
+        .acquire("wrongtype", &opts(1_000).wait(ms(200)))
+        .await
+        .unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("wrongtype") && text.contains("list"), "{text}");
-    let len: i64 = redis::cmd("LLEN").arg(&key).query_async(&mut raw).await.unwrap();
+    assert!(
+        text.contains("wrongtype") && text.contains("list"),
+        "{text}"
+    );
+    let len: i64 = redis::cmd("LLEN")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     assert_eq!(len, 2, "the list was touched");
     // A fence counter of another type: the lock key is not left behind either.
     let fence_key = format!("{}:fence", env.key("badfence"));
-    let _: () = redis::cmd("SET").arg(&fence_key).arg("not a number").query_async(&mut raw).await.unwrap();
-    let err = env.locker.acquire("badfence", &opts(1_000)).await.unwrap_err();
+    let _: () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg("not a number")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = env
+        .locker
+        .acquire("badfence", &opts(1_000))
+        .await
+        .unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     assert!(!env.exists(&env.key("badfence")).await);
     assert_eq!(env.get(&fence_key).await.as_deref(), Some("not a number"));
@@ -377,7 +546,10 @@ async fn invalid_options_are_config_errors_naming_the_rule() {
     let env = Env::start().await;
     let cases: [(LockOptions, &str); 5] = [
         (opts(0), "ttl"),
-        (LockOptions::new(Duration::from_micros(1500)), "whole number of milliseconds"),
+        (
+            LockOptions::new(Duration::from_micros(1500)),
+            "whole number of milliseconds",
+        ),
         (opts(1_000).max_exec(ms(995)), "max_exec"),
         (opts(1_000).renew(ms(600)), "renew"),
         (opts(1_000).min_hold(ms(2_000)), "min_hold"),
@@ -385,7 +557,10 @@ async fn invalid_options_are_config_errors_naming_the_rule() {
     for (o, rule) in cases {
         let err = env.locker.acquire("opts", &o).await.unwrap_err();
         assert!(matches!(err, LockError::Config { .. }), "{err}");
-        assert!(err.to_string().contains(rule) && err.to_string().contains("opts"), "{err}");
+        assert!(
+            err.to_string().contains(rule) && err.to_string().contains("opts"),
+            "{err}"
+        );
         assert!(o.validate().is_err());
     }
     assert!(!env.exists(&env.key("opts")).await);
@@ -396,7 +571,11 @@ async fn lock_errors_convert_into_io_errors() {
     fn io_path(e: LockError) -> std::io::Result<()> {
         Err(e)?
     }
-    let err = io_path(LockError::Busy { name: "n".into(), waited: ms(1) }).unwrap_err();
+    let err = io_path(LockError::Busy {
+        name: "n".into(),
+        waited: ms(1),
+    })
+    .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
     assert!(err.to_string().contains("`n`"));
 }
@@ -404,7 +583,13 @@ async fn lock_errors_convert_into_io_errors() {
 #[tokio::test]
 async fn the_locker_reconnects_after_the_server_restarts() {
     let env = Env::start().await;
-    env.locker.acquire("before", &opts(1_000)).await.unwrap().release().await.unwrap();
+    env.locker
+        .acquire("before", &opts(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     env.server.restart();
     // The first call after the restart may see the dropped connection; it must not stay broken.
     let lease = tokio::time::timeout(ms(5_000), async {
@@ -427,7 +612,10 @@ async fn the_locker_reconnects_after_the_server_restarts() {
 
 #[tokio::test]
 async fn tls_urls_without_tls_support_say_so() {
-    let err = Locker::builder().url("rediss://127.0.0.1:6390").build().unwrap_err();
+    let err = Locker::builder()
+        .url("rediss://127.0.0.1:6390")
+        .build()
+        .unwrap_err();
     println!("{err}");
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     assert!(err.to_string().contains("rediss://127.0.0.1:6390"), "{err}");

@@ -32,7 +32,9 @@ where
             Err(_) => {}
         }
     }
-    out.into_iter().map(|v| v.expect("every node task finished")).collect()
+    out.into_iter()
+        .map(|v| v.expect("every node task finished"))
+        .collect()
 }
 
 /// The outcome of one attempt over all nodes.
@@ -56,8 +58,11 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lease, LockError> {
     let key = locker.key_of(&name);
-    let keys =
-        Keys { fence_key: format!("{key}:fence"), channel: format!("{key}:released"), key };
+    let keys = Keys {
+        fence_key: format!("{key}:fence"),
+        channel: format!("{key}:released"),
+        key,
+    };
     let begun = Instant::now();
     let wait_until = begun + opts.wait_for();
     let mut subscriptions: Option<Vec<Subscription>> = None;
@@ -164,18 +169,39 @@ async fn attempt(
     let fence = if let [node] = nodes.as_slice() {
         // A reply later than the validity window is useless: bound the wait by it.
         let limit = node.response_timeout().min(validity);
-        match node.acquire(&keys.key, &keys.fence_key, &token, ttl_ms, limit).await {
+        match node
+            .acquire(&keys.key, &keys.fence_key, &token, ttl_ms, limit)
+            .await
+        {
             Ok(AcquireReply::Taken { fence }) => fence,
             Ok(AcquireReply::Busy { pttl }) => return Ok(Attempt::Busy(pttl)),
             Ok(AcquireReply::Foreign { detail }) => {
-                return Err(LockError::config(lock_name, format!("{detail}; use another lock name or key prefix")));
+                return Err(LockError::config(
+                    lock_name,
+                    format!("{detail}; use another lock name or key prefix"),
+                ));
             }
             Err(e) => {
                 // The request may still have been applied: remove our token if it is there,
                 // without making the caller wait for a node that may not answer.
-                let (locker, key, fence_key, channel, token) = (locker.clone(), keys.key.clone(), keys.fence_key.clone(), keys.channel.clone(), token.clone());
+                let (locker, key, fence_key, channel, token) = (
+                    locker.clone(),
+                    keys.key.clone(),
+                    keys.fence_key.clone(),
+                    keys.channel.clone(),
+                    token.clone(),
+                );
                 tokio::spawn(async move {
-                    release_everywhere(&locker, &Keys { key, fence_key, channel }, &token).await;
+                    release_everywhere(
+                        &locker,
+                        &Keys {
+                            key,
+                            fence_key,
+                            channel,
+                        },
+                        &token,
+                    )
+                    .await;
                 });
                 return Err(node.redis_error(lock_name, e));
             }
@@ -192,7 +218,10 @@ async fn attempt(
         release_everywhere(locker, keys, &token).await;
         return Ok(Attempt::Expired);
     }
-    let (status, _) = watch::channel(Status { valid_until, lost: None });
+    let (status, _) = watch::channel(Status {
+        valid_until,
+        lost: None,
+    });
     let shared = LeaseShared {
         name: name.take().unwrap_or_default(),
         key: keys.key.clone(),
@@ -229,7 +258,12 @@ async fn redlock_attempt(
         let node = Arc::clone(node);
         let (key, fence_key, token) = (keys.key.clone(), keys.fence_key.clone(), token.to_owned());
         let limit = node.response_timeout().min(per_node);
-        set.spawn(async move { (i, node.acquire(&key, &fence_key, &token, ttl_ms, limit).await) });
+        set.spawn(async move {
+            (
+                i,
+                node.acquire(&key, &fence_key, &token, ttl_ms, limit).await,
+            )
+        });
     }
     let mut granted: Vec<(usize, u64)> = Vec::new();
     let mut busy_pttl: Option<Option<Duration>> = None;
@@ -246,7 +280,9 @@ async fn redlock_attempt(
                     _ => pttl,
                 });
             }
-            Ok(AcquireReply::Foreign { detail }) => failures.push((nodes[i].addr().to_owned(), detail)),
+            Ok(AcquireReply::Foreign { detail }) => {
+                failures.push((nodes[i].addr().to_owned(), detail))
+            }
             Err(e) => failures.push((nodes[i].addr().to_owned(), e.to_string())),
         }
         let pending = nodes.len() - answered;
@@ -262,7 +298,10 @@ async fn redlock_attempt(
         if raise_fences(locker, &granted, &keys.fence_key, fence, per_node).await >= needed {
             return Ok(Ok(fence));
         }
-        failures.push(("fence".to_owned(), "could not raise the fence counter on a majority".to_owned()));
+        failures.push((
+            "fence".to_owned(),
+            "could not raise the fence counter on a majority".to_owned(),
+        ));
     } else {
         set.detach_all();
     }
@@ -272,7 +311,12 @@ async fn redlock_attempt(
     {
         return Ok(Err(Attempt::Busy(pttl)));
     }
-    Err(LockError::QuorumUnavailable { name: name.to_owned(), got: granted.len(), needed, failures })
+    Err(LockError::QuorumUnavailable {
+        name: name.to_owned(),
+        got: granted.len(),
+        needed,
+        failures,
+    })
 }
 
 /// Raises the fence counter of every granted node to `fence`, so that the next majority, which
@@ -284,7 +328,10 @@ async fn raise_fences(
     fence: u64,
     limit: Duration,
 ) -> usize {
-    let nodes: Vec<Arc<Node>> = granted.iter().map(|&(i, _)| Arc::clone(&locker.inner.nodes[i])).collect();
+    let nodes: Vec<Arc<Node>> = granted
+        .iter()
+        .map(|&(i, _)| Arc::clone(&locker.inner.nodes[i]))
+        .collect();
     let results = on_all_nodes(&nodes, |node| {
         let fence_key = fence_key.to_owned();
         async move { node.raise_fence(&fence_key, fence, limit).await }

@@ -43,7 +43,8 @@ pub enum LockError {
     /// Fewer than a majority of the Redlock nodes answered yes.
     #[error(
         "lock `{name}`: only {got} of the {needed} nodes needed for a majority granted it; \
-         failures: {}", format_failures(failures)
+         failures: {}",
+        format_failures(failures)
     )]
     QuorumUnavailable {
         /// The lock's name.
@@ -56,7 +57,10 @@ pub enum LockError {
         failures: Vec<(String, String)>,
     },
     /// Talking to Redis failed (connection refused, timeout, unexpected reply).
-    #[error("{}Redis at {addr} failed: {source}; check that the server is up and reachable", subject(name))]
+    #[error(
+        "{}Redis at {addr} failed: {source}; check that the server is up and reachable",
+        subject(name)
+    )]
     Redis {
         /// The lock's name (empty when connecting outside a lock call).
         name: String,
@@ -97,7 +101,11 @@ impl std::fmt::Display for LostReason {
 
 /// "lock `name`: ", or nothing for errors outside a lock call (building a locker).
 fn subject(name: &str) -> String {
-    if name.is_empty() { String::new() } else { format!("lock `{name}`: ") }
+    if name.is_empty() {
+        String::new()
+    } else {
+        format!("lock `{name}`: ")
+    }
 }
 
 fn format_failures(failures: &[(String, String)]) -> String {
@@ -122,7 +130,10 @@ impl LockError {
     }
 
     pub(crate) fn config(name: &str, message: impl Into<String>) -> Self {
-        Self::Config { name: name.to_owned(), message: message.into() }
+        Self::Config {
+            name: name.to_owned(),
+            message: message.into(),
+        }
     }
 }
 

@@ -39,7 +39,10 @@ pub(crate) struct Status {
 
 impl LeaseShared {
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
-        LockError::Lost { name: self.name.clone(), reason }
+        LockError::Lost {
+            name: self.name.clone(),
+            reason,
+        }
     }
 
     /// Records a renewal whose request was sent at `sent`.
@@ -177,10 +180,17 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
     shared.ended.store(true, Ordering::Release);
     let keep = (shared.started + shared.min_hold).saturating_duration_since(Instant::now());
     // Round up so the key never goes before `min_hold`.
-    let keep_ms = if keep.is_zero() { 0 } else { keep.as_millis() as u64 + 1 };
+    let keep_ms = if keep.is_zero() {
+        0
+    } else {
+        keep.as_millis() as u64 + 1
+    };
     let nodes = &locker.inner.nodes;
     if let [node] = nodes.as_slice() {
-        return match node.release(&shared.key, &shared.token, keep_ms, &shared.channel).await {
+        return match node
+            .release(&shared.key, &shared.token, keep_ms, &shared.channel)
+            .await
+        {
             Ok(true) => Ok(()),
             Ok(false) => Err(shared.lost_error(LostReason::NotOwner)),
             Err(e) => Err(node.redis_error(&shared.name, e)),
@@ -188,7 +198,10 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
     }
     let results = crate::acquire::on_all_nodes(nodes, |node| {
         let shared = Arc::clone(shared);
-        async move { node.release(&shared.key, &shared.token, keep_ms, &shared.channel).await }
+        async move {
+            node.release(&shared.key, &shared.token, keep_ms, &shared.channel)
+                .await
+        }
     })
     .await;
     let mut ours = 0;
@@ -204,7 +217,12 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
     if ours >= needed {
         Ok(())
     } else if nodes.len() - failures.len() < needed {
-        Err(LockError::QuorumUnavailable { name: shared.name.clone(), got: ours, needed, failures })
+        Err(LockError::QuorumUnavailable {
+            name: shared.name.clone(),
+            got: ours,
+            needed,
+            failures,
+        })
     } else {
         Err(shared.lost_error(LostReason::NotOwner))
     }
@@ -212,6 +230,13 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
 
 pub(crate) fn lease_on(locker: &Locker, shared: LeaseShared) -> Lease {
     let shared = Arc::new(shared);
-    locker.inner.watchdog.register(&locker.inner.nodes, locker.quorum(), Arc::clone(&shared));
-    Lease { shared, locker: locker.clone(), released: false }
+    locker
+        .inner
+        .watchdog
+        .register(&locker.inner.nodes, locker.quorum(), Arc::clone(&shared));
+    Lease {
+        shared,
+        locker: locker.clone(),
+        released: false,
+    }
 }

@@ -23,7 +23,10 @@ pub(crate) struct Inner {
 impl std::fmt::Debug for Locker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let addrs: Vec<&str> = self.inner.nodes.iter().map(|n| n.addr()).collect();
-        f.debug_struct("Locker").field("nodes", &addrs).field("prefix", &self.inner.prefix).finish()
+        f.debug_struct("Locker")
+            .field("nodes", &addrs)
+            .field("prefix", &self.inner.prefix)
+            .finish()
     }
 }
 
@@ -103,14 +106,23 @@ impl LockerBuilder {
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
         if self.urls.is_empty() {
-            return Err(LockError::config("", "no Redis URL given: call `.url(..)` or `.urls(..)`"));
+            return Err(LockError::config(
+                "",
+                "no Redis URL given: call `.url(..)` or `.urls(..)`",
+            ));
         }
         let nodes = self
             .urls
             .iter()
             .map(|u| Node::new(u, self.settings).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Locker { inner: Arc::new(Inner { nodes, prefix: self.prefix, watchdog: Watchdog::default() }) })
+        Ok(Locker {
+            inner: Arc::new(Inner {
+                nodes,
+                prefix: self.prefix,
+                watchdog: Watchdog::default(),
+            }),
+        })
     }
 
     /// Builds the locker and checks that a majority of its nodes answer PING.

@@ -21,11 +21,17 @@ pub(crate) struct Settings {
 /// The reply to an acquire attempt on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
-    Taken { fence: u64 },
+    Taken {
+        fence: u64,
+    },
     /// Held by someone else; the remaining PTTL when the key has one.
-    Busy { pttl: Option<Duration> },
+    Busy {
+        pttl: Option<Duration>,
+    },
     /// The lock key, or its fence counter, holds data that is not ours; nothing was changed.
-    Foreign { detail: String },
+    Foreign {
+        detail: String,
+    },
 }
 
 pub(crate) struct Node {
@@ -76,16 +82,19 @@ pub(crate) struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.node.notifier.channels.lock().expect("notifier lock");
-        let Some((_, count)) = channels.get_mut(&self.channel) else { return };
+        let Some((_, count)) = channels.get_mut(&self.channel) else {
+            return;
+        };
         *count -= 1;
         if *count > 0 {
             return;
         }
         channels.remove(&self.channel);
         drop(channels);
-        if let (Some(conn), Ok(handle)) =
-            (self.node.pubsub.get(), tokio::runtime::Handle::try_current())
-        {
+        if let (Some(conn), Ok(handle)) = (
+            self.node.pubsub.get(),
+            tokio::runtime::Handle::try_current(),
+        ) {
             let mut conn = conn.clone();
             let channel = std::mem::take(&mut self.channel);
             handle.spawn(async move {
@@ -113,14 +122,20 @@ impl Node {
             } else {
                 "; expected redis://[user:password@]host:port[/db]"
             };
-            LockError::config("", format!("invalid Redis URL `{}`: {e}{hint}", redact(url)))
+            LockError::config(
+                "",
+                format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
+            )
         };
         let info = url.into_connection_info().map_err(bad)?;
         let addr = info.addr().to_string();
         let client = Client::open(info.clone()).map_err(bad)?;
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(settings))
             .map_err(bad)?;
-        let resp3 = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
         let pubsub_client = Client::open(info.set_redis_settings(resp3)).map_err(bad)?;
         Ok(Self {
             addr,
@@ -142,7 +157,11 @@ impl Node {
     }
 
     pub(crate) fn redis_error(&self, name: &str, source: redis::RedisError) -> LockError {
-        LockError::Redis { name: name.to_owned(), addr: self.addr.clone(), source }
+        LockError::Redis {
+            name: name.to_owned(),
+            addr: self.addr.clone(),
+            source,
+        }
     }
 
     /// Bounds a request by `limit`; a timeout becomes an I/O timeout error.
@@ -176,12 +195,15 @@ impl Node {
         let mut conn = self.conn.clone();
         let mut call = scripts::ACQUIRE.key(key);
         call.key(fence_key).arg(token).arg(ttl_ms);
-        let (status, value): (i64, Value) = Self::bounded(limit, call.invoke_async(&mut conn)).await?;
+        let (status, value): (i64, Value) =
+            Self::bounded(limit, call.invoke_async(&mut conn)).await?;
         Ok(match (status, value) {
-            (1, Value::Int(fence)) => AcquireReply::Taken { fence: fence as u64 },
-            (0, Value::Int(pttl)) => {
-                AcquireReply::Busy { pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)) }
-            }
+            (1, Value::Int(fence)) => AcquireReply::Taken {
+                fence: fence as u64,
+            },
+            (0, Value::Int(pttl)) => AcquireReply::Busy {
+                pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+            },
             (-1, kind) => AcquireReply::Foreign {
                 detail: format!(
                     "key `{key}` holds a {} value, not a lock; it was left untouched",
@@ -204,7 +226,8 @@ impl Node {
         for (key, token, ttl_ms) in items {
             call.key(*key).arg(*token).arg(*ttl_ms);
         }
-        let out: Vec<i64> = Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        let out: Vec<i64> =
+            Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
         Ok(out.into_iter().map(|v| v == 1).collect())
     }
 
@@ -219,11 +242,17 @@ impl Node {
         let mut conn = self.conn.clone();
         let mut call = scripts::RELEASE.key(key);
         call.arg(token).arg(keep_ms).arg(channel);
-        let done: i64 = Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        let done: i64 =
+            Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
         Ok(done == 1)
     }
 
-    pub(crate) async fn raise_fence(&self, fence_key: &str, fence: u64, limit: Duration) -> RedisResult<()> {
+    pub(crate) async fn raise_fence(
+        &self,
+        fence_key: &str,
+        fence: u64,
+        limit: Duration,
+    ) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let mut call = scripts::RAISE_FENCE.key(fence_key);
         call.arg(fence);
@@ -235,12 +264,18 @@ impl Node {
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> RedisResult<Subscription> {
         let rx = {
             let mut channels = self.notifier.channels.lock().expect("notifier lock");
-            let entry = channels.entry(channel.to_owned()).or_insert_with(|| (watch::channel(0).0, 0));
+            let entry = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| (watch::channel(0).0, 0));
             entry.1 += 1;
             entry.0.subscribe()
         };
         // From here on the subscription is counted, so dropping it undoes the count.
-        let sub = Subscription { node: Arc::clone(self), channel: channel.to_owned(), rx };
+        let sub = Subscription {
+            node: Arc::clone(self),
+            channel: channel.to_owned(),
+            rx,
+        };
         let conn = self
             .pubsub
             .get_or_try_init(|| async {
@@ -277,7 +312,9 @@ fn value_text(value: &Value) -> String {
 /// The URL with any password replaced, for error messages.
 pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}://***@{}", &url[..scheme], &url[at + 1..]),
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
         _ => url.to_owned(),
     }
 }

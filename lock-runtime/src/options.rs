@@ -34,7 +34,13 @@ impl LockOptions {
     /// Options with this lease length and every other option at its default:
     /// `renew = ttl/3`, `max_exec = ttl - (ttl/100 + 2ms)`, `wait = 0` (try once), `min_hold = 0`.
     pub const fn new(ttl: Duration) -> Self {
-        Self { ttl, max_exec: None, renew: None, wait: Duration::ZERO, min_hold: Duration::ZERO }
+        Self {
+            ttl,
+            max_exec: None,
+            renew: None,
+            wait: Duration::ZERO,
+            min_hold: Duration::ZERO,
+        }
     }
 
     /// The body is cancelled when it has run this long.
@@ -124,13 +130,19 @@ impl LockOptions {
         if renew.is_zero() || renew > ttl / 2 {
             return Err(LockError::config(
                 name,
-                format!("renew = {renew:?} must be above zero and at most ttl/2 = {:?}", ttl / 2),
+                format!(
+                    "renew = {renew:?} must be above zero and at most ttl/2 = {:?}",
+                    ttl / 2
+                ),
             ));
         }
         if self.min_hold > ttl {
             return Err(LockError::config(
                 name,
-                format!("min_hold = {:?} must be at most ttl = {ttl:?}", self.min_hold),
+                format!(
+                    "min_hold = {:?} must be at most ttl = {ttl:?}",
+                    self.min_hold
+                ),
             ));
         }
         Ok(())

@@ -17,7 +17,11 @@ enum Outcome<T> {
 }
 
 /// Runs `body` while `lease` is held, then releases it on every path.
-pub(crate) async fn run_body<T, F>(lease: Lease, opts: &LockOptions, body: F) -> Result<T, LockError>
+pub(crate) async fn run_body<T, F>(
+    lease: Lease,
+    opts: &LockOptions,
+    body: F,
+) -> Result<T, LockError>
 where
     F: AsyncFnOnce(&Lease) -> T,
 {

@@ -73,7 +73,10 @@ impl Watchdog {
         if !s.running {
             s.running = true;
             drop(s);
-            let guard = RunningGuard { shared: Arc::clone(&self.shared), armed: true };
+            let guard = RunningGuard {
+                shared: Arc::clone(&self.shared),
+                armed: true,
+            };
             tokio::spawn(run(guard, nodes.to_vec(), quorum));
         } else if earliest {
             drop(s);
@@ -84,7 +87,11 @@ impl Watchdog {
     /// Leases currently scheduled (for tests and metrics).
     #[allow(dead_code)]
     pub(crate) fn len(&self) -> usize {
-        self.shared.schedule.lock().map(|s| s.due.len()).unwrap_or(0)
+        self.shared
+            .schedule
+            .lock()
+            .map(|s| s.due.len())
+            .unwrap_or(0)
     }
 }
 
@@ -97,7 +104,12 @@ async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
             take_due(&mut s, now)
         };
         if !batch.is_empty() {
-            tokio::spawn(renew_round(Arc::clone(&shared), nodes.clone(), quorum, batch));
+            tokio::spawn(renew_round(
+                Arc::clone(&shared),
+                nodes.clone(),
+                quorum,
+                batch,
+            ));
             continue;
         }
         match next {
@@ -131,7 +143,9 @@ async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
 fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
     let mut batch = Vec::new();
     loop {
-        let Some((&(at, id), lease)) = s.due.iter().next() else { return (batch, None) };
+        let Some((&(at, id), lease)) = s.due.iter().next() else {
+            return (batch, None);
+        };
         if lease.is_ended() {
             s.due.remove(&(at, id));
             continue;
@@ -146,7 +160,12 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<In
     }
 }
 
-async fn renew_round(shared: Arc<Shared>, nodes: Vec<Arc<Node>>, quorum: usize, batch: Vec<Arc<LeaseShared>>) {
+async fn renew_round(
+    shared: Arc<Shared>,
+    nodes: Vec<Arc<Node>>,
+    quorum: usize,
+    batch: Vec<Arc<LeaseShared>>,
+) {
     for chunk in batch.chunks(CHUNK) {
         let sent = Instant::now();
         let chunk: Arc<Vec<Arc<LeaseShared>>> = Arc::new(chunk.to_vec());
@@ -162,8 +181,14 @@ async fn renew_round(shared: Arc<Shared>, nodes: Vec<Arc<Node>>, quorum: usize, 
             if lease.is_ended() {
                 continue;
             }
-            let ours = replies.iter().filter(|r| matches!(r, Ok(v) if v[i])).count();
-            let not_ours = replies.iter().filter(|r| matches!(r, Ok(v) if !v[i])).count();
+            let ours = replies
+                .iter()
+                .filter(|r| matches!(r, Ok(v) if v[i]))
+                .count();
+            let not_ours = replies
+                .iter()
+                .filter(|r| matches!(r, Ok(v) if !v[i]))
+                .count();
             if ours >= quorum {
                 lease.confirm(sent);
                 s.insert(sent + lease.renew, Arc::clone(lease));
@@ -173,7 +198,8 @@ async fn renew_round(shared: Arc<Shared>, nodes: Vec<Arc<Node>>, quorum: usize, 
                 lease.mark_lost(LostReason::ValidityExpired);
             } else {
                 // No majority answered: try again soon, while the lease is still valid.
-                let retry = (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+                let retry =
+                    (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
                 s.insert(now + retry, Arc::clone(lease));
             }
         }
@@ -182,7 +208,10 @@ async fn renew_round(shared: Arc<Shared>, nodes: Vec<Arc<Node>>, quorum: usize, 
     }
 }
 
-async fn renew_chunk(node: Arc<Node>, chunk: Arc<Vec<Arc<LeaseShared>>>) -> redis::RedisResult<Vec<bool>> {
+async fn renew_chunk(
+    node: Arc<Node>,
+    chunk: Arc<Vec<Arc<LeaseShared>>>,
+) -> redis::RedisResult<Vec<bool>> {
     let items: Vec<(&str, &str, u64)> = chunk
         .iter()
         .map(|l| (l.key.as_str(), l.token.as_str(), l.ttl.as_millis() as u64))

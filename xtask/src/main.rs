@@ -33,7 +33,17 @@ fn main() -> ExitCode {
 fn test() -> Result<(), String> {
     ensure_redis()?;
     run("cargo", &["fmt", "--all", "--check"])?;
-    run("cargo", &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    run(
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     run("cargo", &["test", "--workspace", "--", "--include-ignored"])
 }
 
@@ -44,23 +54,35 @@ fn example(name: &str) -> Result<(), String> {
 
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
     eprintln!("+ {program} {}", args.join(" "));
-    let status =
-        Command::new(program).args(args).status().map_err(|e| format!("cannot run {program}: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("`{program} {}` failed: {status}", args.join(" "))) }
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{program} {}` failed: {status}", args.join(" ")))
+    }
 }
 
 /// Makes sure a `redis-server` binary is available: `REDIS_SERVER_BIN`, or PATH, or apt-get.
 fn ensure_redis() -> Result<(), String> {
     let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
-    if Command::new(&bin).arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new(&bin)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         return Ok(());
     }
     eprintln!("xtask: `{bin}` not found; installing the Debian package redis-server");
     let have_apt = Command::new("apt-get").arg("--version").output().is_ok();
     if !have_apt {
-        return Err("redis-server is missing and apt-get is not available: install Redis \
+        return Err(
+            "redis-server is missing and apt-get is not available: install Redis \
                     (e.g. `brew install redis`) or set REDIS_SERVER_BIN to its path"
-            .to_owned());
+                .to_owned(),
+        );
     }
     let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
     let apt = |args: &[&str]| {
@@ -70,9 +92,19 @@ fn ensure_redis() -> Result<(), String> {
         run(full[0], &full[1..])
     };
     apt(&["update", "-q"])?;
-    apt(&["install", "-y", "-q", "--no-install-recommends", "redis-server"])?;
+    apt(&[
+        "install",
+        "-y",
+        "-q",
+        "--no-install-recommends",
+        "redis-server",
+    ])?;
     // The package may start a service on 6379; the tests never use it, they start their own.
-    if Command::new("redis-server").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if Command::new("redis-server")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         Ok(())
     } else {
         Err("redis-server still not found after installing it".to_owned())
