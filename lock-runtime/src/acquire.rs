@@ -235,6 +235,7 @@ async fn attempt(
         min_hold: opts.min_hold_for(),
         status,
         ended: AtomicBool::new(false),
+        slot: std::sync::Mutex::new(None),
     };
     Ok(Attempt::Taken(lease_on(locker, shared)))
 }

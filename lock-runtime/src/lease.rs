@@ -26,6 +26,8 @@ pub(crate) struct LeaseShared {
     pub status: watch::Sender<Status>,
     /// Set once the lease is released or dropped: the watchdog stops renewing it.
     pub ended: AtomicBool,
+    /// Where the lease sits in the watchdog's schedule; only touched under the schedule's lock.
+    pub slot: std::sync::Mutex<Option<(Instant, u64)>>,
 }
 
 /// The lease's current standing, updated by the watchdog.
@@ -178,6 +180,7 @@ impl Drop for Lease {
 /// Compare-and-delete on every node at once; holds when a majority confirms.
 pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Result<(), LockError> {
     shared.ended.store(true, Ordering::Release);
+    locker.inner.watchdog.remove(shared);
     let keep = (shared.started + shared.min_hold).saturating_duration_since(Instant::now());
     // Round up so the key never goes before `min_hold`.
     let keep_ms = if keep.is_zero() {

@@ -42,9 +42,17 @@ struct Schedule {
 impl Schedule {
     fn insert(&mut self, at: Instant, lease: Arc<LeaseShared>) -> bool {
         self.next_id += 1;
-        let earliest = self.due.keys().next().is_none_or(|&(first, _)| at < first);
-        self.due.insert((at, self.next_id), lease);
+        let slot = (at, self.next_id);
+        let earliest = self.due.keys().next().is_none_or(|&first| slot < first);
+        *lease.slot.lock().expect("slot lock") = Some(slot);
+        self.due.insert(slot, lease);
         earliest
+    }
+
+    fn remove(&mut self, slot: (Instant, u64)) -> Option<Arc<LeaseShared>> {
+        let lease = self.due.remove(&slot)?;
+        *lease.slot.lock().expect("slot lock") = None;
+        Some(lease)
     }
 }
 
@@ -81,6 +89,15 @@ impl Watchdog {
         } else if earliest {
             drop(s);
             self.shared.wake.notify_one();
+        }
+    }
+
+    /// Stops renewing `lease` (released or dropped), so ended leases do not pile up.
+    pub(crate) fn remove(&self, lease: &LeaseShared) {
+        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        let slot = lease.slot.lock().expect("slot lock").take();
+        if let Some(slot) = slot {
+            s.due.remove(&slot);
         }
     }
 
@@ -147,14 +164,14 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<In
             return (batch, None);
         };
         if lease.is_ended() {
-            s.due.remove(&(at, id));
+            s.remove((at, id));
             continue;
         }
         let early = lease.renew / 4;
         if at > now + early {
             return (batch, Some(at - early));
         }
-        let lease = s.due.remove(&(at, id)).expect("present");
+        let lease = s.remove((at, id)).expect("present");
         s.in_flight += 1;
         batch.push(lease);
     }
