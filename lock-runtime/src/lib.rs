@@ -23,6 +23,8 @@
 //! releases it on every return path. The same engine is available by hand through
 //! [`Locker::acquire`] and [`Locker::run`].
 
+#![warn(missing_docs)]
+
 mod acquire;
 mod error;
 mod lease;
