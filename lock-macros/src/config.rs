@@ -8,7 +8,7 @@ use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::{Expr, Ident, LitStr, Path};
 
-use crate::parse::RawArgs;
+use crate::parse::{self, RawArgs};
 use crate::template::{self, Piece};
 
 /// The checked options, ready for expansion.
@@ -48,11 +48,13 @@ impl Errors {
     }
 }
 
-/// Checks the options as a whole; `params` are the names the function's parameters bind.
-pub(crate) fn build(raw: RawArgs, params: &[Ident]) -> syn::Result<Config> {
-    let mut errors = Errors::default();
+/// Checks the options as a whole, adding each problem to `errors`; `params` are the names the
+/// function's parameters bind. `None` when `name` or `ttl` is unusable; a `Config` may still come
+/// with errors (about other options), so the caller checks `errors` before using it.
+pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Option<Config> {
     let key = match &raw.name {
         Some(lit) => errors.push_result(key(lit, params)),
+        None if raw.seen.contains(&"name") => None,
         None => {
             errors.push(missing(
                 "name",
@@ -72,7 +74,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident]) -> syn::Result<Config> {
     let renew = ms(&raw.renew, "renew");
     let wait_ms = ms(&raw.wait, "wait");
     let min_hold = ms(&raw.min_hold, "min_hold");
-    if raw.ttl.is_none() {
+    if !raw.seen.contains(&"ttl") {
         errors.push(missing(
             "ttl",
             "how long the lease lasts, like `ttl = \"30s\"`",
@@ -93,12 +95,11 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident]) -> syn::Result<Config> {
             ));
         }
     }
-    errors.finish()?;
-    let (key_format, key_args) = key.expect("no errors, so the key was built");
-    Ok(Config {
+    let (key_format, key_args) = key?;
+    Some(Config {
         key_format,
         key_args,
-        ttl_ms: ttl.expect("no errors, so ttl was given"),
+        ttl_ms: ttl?,
         max_exec_ms: max_exec,
         renew_ms: renew,
         wait_ms,
@@ -134,15 +135,21 @@ fn key(lit: &LitStr, params: &[Ident]) -> syn::Result<(LitStr, Vec<Ident>)> {
 }
 
 fn unknown_param(name: &str, params: &[Ident]) -> String {
-    let list = if params.is_empty() {
-        "it has none".to_owned()
-    } else {
-        let names: Vec<String> = params.iter().map(|p| format!("`{}`", p.unraw())).collect();
-        format!("its parameters are {}", names.join(", "))
+    let names: Vec<String> = params.iter().map(|p| p.unraw().to_string()).collect();
+    let closest = names
+        .iter()
+        .map(|known| (parse::edit_distance(name, known), known))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d);
+    let hint = match (closest, names.is_empty()) {
+        (Some((_, known)), _) => format!("did you mean `{{{known}}}`?"),
+        (None, true) => "it has no parameters; add one for the value the key needs".to_owned(),
+        (None, false) => {
+            let listed: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+            format!("its parameters are {}", listed.join(", "))
+        }
     };
-    format!(
-        "`{{{name}}}` in the lock name is not a parameter of this function ({list}); placeholders name parameters"
-    )
+    format!("`{{{name}}}` in the lock name is not a parameter of this function: {hint}")
 }
 
 const EXAMPLES: &str = "write durations like \"250ms\", \"30s\" or \"1m 30s\"";

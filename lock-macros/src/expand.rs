@@ -2,9 +2,10 @@
 //! the user's body to the runtime as an `async move` closure. Everything else about the function
 //! (attributes, visibility, signature) is emitted exactly as written.
 
-use proc_macro2::{Ident, Literal, Span, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
-use syn::{AttrStyle, ItemFn, ReturnType};
+use syn::visit_mut::{self, VisitMut};
+use syn::{AttrStyle, ItemFn, ReturnType, Token, Type, TypeInfer};
 
 use crate::config::{self, Config, Errors};
 use crate::{item, parse};
@@ -24,15 +25,14 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let func = item::parse(item)?;
     let mut errors = Errors::default();
-    let raw = errors.push_result(parse::parse_args(args));
+    let raw = parse::parse_args(args, &mut errors);
     errors.push_result(item::check_async(&func.sig));
     let params = item::bindings(&func.sig);
-    let config = raw.and_then(|raw| errors.push_result(config::build(raw, &params)));
+    let config = raw.and_then(|raw| config::build(raw, &params, &mut errors));
     errors.finish()?;
-    Ok(generate(
-        func,
-        &config.expect("no errors, so the options were built"),
-    ))
+    // `build` gives `None` only after reporting why; never panic in a macro all the same.
+    let config = config.ok_or_else(|| syn::Error::new(Span::call_site(), "invalid options"))?;
+    Ok(generate(func, &config))
 }
 
 fn generate(func: ItemFn, config: &Config) -> TokenStream {
@@ -60,7 +60,14 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
     let locker_expr = match &config.locker {
         // `&(expr)`: a static, a field through `self` or a value all deref to `&Locker`; the
         // runtime clones it, so a borrow of `self` ends before the body takes `self`.
-        Some(expr) => quote_spanned!(def=> #private::locker_ref(&(#expr))),
+        Some(expr) => {
+            let borrowed = around(quote!(#expr), |first, last| {
+                let mut group = Group::new(Delimiter::Parenthesis, quote!(#expr));
+                group.set_span(last);
+                quote_spanned!(first=> &#group)
+            });
+            quote_spanned!(def=> #private::locker_ref(#borrowed))
+        }
         None => quote_spanned!(def=> #private::default_locker()),
     };
     let options_expr = options_chain(&private, config);
@@ -73,6 +80,33 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
         }
         None => quote!(_),
     };
+    // rustc does not carry an async closure's output type into its body (rust-lang/rust#145105),
+    // so `return Ok(&string)` or a tail `Box::new(x)` would not coerce to the declared type. A
+    // never-taken `return` of that type fixes the body's return type first, as
+    // tracing-attributes does for async blocks.
+    if ret.to_string() != "_" {
+        let fix_return_type = syn::parse_quote_spanned! {def=>
+            #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
+            if false {
+                return ::core::convert::identity::<#ret>(loop {});
+            }
+        };
+        body.stmts.insert(0, fix_return_type);
+    }
+
+    // The call spans the declared return type: a type that is not `LockOutput` is then reported
+    // once, there, instead of also at the attribute for each use of the call.
+    let declared = match &sig.output {
+        ReturnType::Type(_, ty) => quote!(#ty),
+        ReturnType::Default => TokenStream::new(),
+    };
+    let args = quote_spanned!(def=> #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #body);
+    let call = around(declared, |first, last| {
+        let run = respan(quote!(#private::run::<), first);
+        let mut args = Group::new(Delimiter::Parenthesis, args);
+        args.set_span(last);
+        quote_spanned!(last=> #run #ret, _> #args.await)
+    });
 
     // The const comes first: items after statements read badly (and clippy says so).
     quote_spanned! {def=>
@@ -82,9 +116,37 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
             const #options: #private::LockOptions = #options_expr;
             let #name: ::std::string::String = ::std::format!(#key_format #(, #key_args)*);
             let #locker: #private::Locker = #locker_expr;
-            #private::run::<#ret, _>(#locker, #name, &#options, async move |#lease_pat: &#private::Lease| #body).await
+            #call
         }
     }
+}
+
+/// Wraps user tokens so that an error about the wrapping expression is reported on exactly those
+/// tokens: its first generated token gets the span of their first token and its last generated
+/// token the span of their last (a stable proc macro cannot join spans). Generated tokens
+/// otherwise point at the whole attribute.
+fn around(user: TokenStream, wrap: impl FnOnce(Span, Span) -> TokenStream) -> TokenStream {
+    let mut trees = user.into_iter();
+    let first = trees.next().map_or_else(Span::mixed_site, |t| t.span());
+    let last = trees.last().map_or(first, |t| t.span());
+    wrap(first, last)
+}
+
+/// Sets the span of every token, inside groups too.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 /// `LockOptions::new(ttl)` plus one builder call per option given.
@@ -114,28 +176,31 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
 }
 
 /// The type for `run::<R, _>`, so that `?` and `Ok(..)` in the body infer. `impl Trait` cannot be
-/// named in a turbofish, so such a return type is left to inference (`_`).
+/// named in a turbofish, so each one becomes `_`: `Result<impl Display, E>` still fixes `E`.
 fn return_type(output: &ReturnType) -> TokenStream {
     match output {
         ReturnType::Default => quote!(()),
         ReturnType::Type(_, ty) => {
-            let tokens = quote!(#ty);
-            if mentions_impl(tokens.clone()) {
-                quote!(_)
-            } else {
-                tokens
-            }
+            let mut ty = (**ty).clone();
+            InferImplTrait.visit_type_mut(&mut ty);
+            quote!(#ty)
         }
     }
 }
 
-/// Whether a type mentions `impl`, at any depth (the keyword appears in types only as `impl Trait`).
-fn mentions_impl(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|tree| match tree {
-        TokenTree::Ident(ident) => ident == "impl",
-        TokenTree::Group(group) => mentions_impl(group.stream()),
-        _ => false,
-    })
+/// Replaces every `impl Trait` in a type by `_`.
+struct InferImplTrait;
+
+impl VisitMut for InferImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(found) = ty {
+            *ty = Type::Infer(TypeInfer {
+                underscore_token: Token![_](found.impl_token.span),
+            });
+        } else {
+            visit_mut::visit_type_mut(self, ty);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -152,10 +217,13 @@ mod tests {
         assert_eq!(ret("async fn f()"), "()");
         assert_eq!(ret("async fn f() -> Result<u8, E>"), "Result < u8 , E >");
         assert_eq!(ret("async fn f() -> impl Sized"), "_");
-        assert_eq!(ret("async fn f() -> Result<Vec<impl Display>, E>"), "_");
         assert_eq!(
-            ret("async fn f() -> Result<(u8, Box<dyn Fn() -> impl Sized>), E>"),
-            "_"
+            ret("async fn f() -> Result<Vec<impl Display>, E>"),
+            "Result < Vec < _ > , E >"
+        );
+        assert_eq!(
+            ret("async fn f() -> Result<(impl Sized, &'_ [impl Sized]), E>"),
+            "Result < (_ , & '_ [_]) , E >"
         );
     }
 
@@ -185,6 +253,26 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn values_of_the_wrong_kind_are_errors_not_panics() {
+        let out = distributed_lock(
+            quote!(name = job, ttl = 10),
+            quote!(
+                async fn job() {}
+            ),
+        )
+        .to_string();
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+        let out = distributed_lock(
+            quote!(name = "a", ttl = "1s", max_exec = 5),
+            quote!(
+                async fn job() {}
+            ),
+        )
+        .to_string();
+        assert_eq!(out.matches("compile_error").count(), 1, "{out}");
     }
 
     #[test]

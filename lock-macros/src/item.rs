@@ -1,15 +1,22 @@
 //! The function under the attribute: that it is an `async fn` with a body, and the names its
 //! parameters bind (the names a key template may use).
 
-use proc_macro2::TokenStream;
-use syn::{FnArg, Ident, ItemFn, Pat, Signature, TraitItemFn};
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use syn::parse::{ParseStream, Parser};
+use syn::{Attribute, FnArg, Ident, ItemFn, Pat, Signature, TraitItemFn, Visibility};
 
 const WHERE: &str = "`#[distributed_lock]` goes on an `async fn` with a body";
 
 /// Parses the item as a function with a body, or explains where the attribute goes.
 pub(crate) fn parse(item: TokenStream) -> syn::Result<ItemFn> {
-    if let Ok(func) = syn::parse2::<ItemFn>(item.clone()) {
-        return Ok(func);
+    let err = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(func) => return Ok(func),
+        Err(err) => err,
+    };
+    // A function whose body syn cannot read (syntax newer than syn, or an error rustc reports
+    // too): syn's own error says where, which beats "not on this item".
+    if fn_shaped.parse2(item.clone()).is_ok() {
+        return Err(err);
     }
     // A trait method without a default body parses as this; say where to put the attribute.
     if let Ok(method) = syn::parse2::<TraitItemFn>(item.clone()) {
@@ -24,6 +31,22 @@ pub(crate) fn parse(item: TokenStream) -> syn::Result<ItemFn> {
         item,
         format!("{WHERE}, not on this item"),
     ))
+}
+
+/// Attributes, visibility, signature and any `{ ... }`.
+fn fn_shaped(input: ParseStream<'_>) -> syn::Result<()> {
+    input.call(Attribute::parse_outer)?;
+    input.parse::<Visibility>()?;
+    input.parse::<Signature>()?;
+    match input.parse::<TokenTree>()? {
+        TokenTree::Group(body) if body.delimiter() == Delimiter::Brace && input.is_empty() => {
+            Ok(())
+        }
+        other => Err(syn::Error::new(
+            other.span(),
+            "expected the function's body",
+        )),
+    }
 }
 
 /// Rejects a function that is not `async`: the lock is held across the body's awaits.
@@ -80,6 +103,24 @@ mod tests {
             .iter()
             .map(|i| i.unraw().to_string())
             .collect()
+    }
+
+    #[test]
+    fn says_where_the_attribute_goes() {
+        let err = |tokens: TokenStream| parse(tokens).err().unwrap().to_string();
+        assert!(
+            err(quote::quote!(
+                struct S;
+            ))
+            .ends_with("with a body, not on this item")
+        );
+        let message = err(quote::quote!(
+            async fn f(&self);
+        ));
+        assert!(message.contains("this trait method has none"), "{message}");
+        // A body syn cannot read keeps syn's error, which points into the body.
+        let message = err(quote::quote!(async fn f() { let = ; }));
+        assert!(!message.contains("goes on"), "{message}");
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! The `#[distributed_lock]` attribute. Depend on `lock-runtime` and use it as
 //! `lock_runtime::distributed_lock`: the code it generates calls into that crate.
 //!
-//! Stages: [`parse`] reads the options, [`config`] checks them against each other and against
-//! the function, [`expand`] writes the new body. On an error the function is emitted unchanged
-//! next to the `compile_error!`s, so the rest of the crate still type-checks sanely.
+//! Stages: `parse` reads the options, `config` checks them against each other and against the
+//! function (`template` reads the key, `item` the function), `expand` writes the new body. On an
+//! error the function is emitted unchanged next to the `compile_error!`s, so the rest of the
+//! crate still type-checks sanely.
 
 mod config;
 mod expand;

@@ -17,9 +17,11 @@ pub(crate) const OPTIONS: &[&str] = &[
     "name", "ttl", "max_exec", "renew", "wait", "min_hold", "locker", "guard", "crate",
 ];
 
-/// The options as written; `None` when not given.
+/// The options as written; `None` when not given or when its value was of the wrong kind.
 #[derive(Default)]
 pub(crate) struct RawArgs {
+    /// Every known option written, valid or not: a bad `ttl` is not also reported as missing.
+    pub seen: Vec<&'static str>,
     pub name: Option<LitStr>,
     pub ttl: Option<LitStr>,
     pub max_exec: Option<LitStr>,
@@ -59,23 +61,27 @@ impl Parse for Arg {
     }
 }
 
-/// Parses the attribute's arguments; on an error, the returned error holds every problem found.
-pub(crate) fn parse_args(tokens: TokenStream) -> syn::Result<RawArgs> {
-    let args = Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens)?;
+/// Parses the attribute's arguments, adding each problem to `errors`. The options that are fine
+/// are still returned, so that `config` can check them too and one compile reports everything;
+/// `None` only when the list itself does not parse.
+pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<RawArgs> {
+    let args = errors.push_result(Punctuated::<Arg, Token![,]>::parse_terminated.parse2(tokens))?;
     let mut raw = RawArgs::default();
-    let mut errors = Errors::default();
-    let mut seen = Vec::new();
     for Arg { key, value } in args {
         let name = key.unraw().to_string();
-        if seen.contains(&name) {
+        let Some(option) = OPTIONS.iter().copied().find(|o| *o == name) else {
+            errors.push(unknown(&key, &name));
+            continue;
+        };
+        if raw.seen.contains(&option) {
             errors.push(syn::Error::new(
                 key.span(),
-                format!("`{name}` is given twice; keep one"),
+                format!("`{option}` is given twice; keep one"),
             ));
             continue;
         }
-        seen.push(name.clone());
-        let result = match name.as_str() {
+        raw.seen.push(option);
+        let result = match option {
             "name" => set(
                 &mut raw.name,
                 string(value, "a string literal, like `name = \"job:{id}\"`"),
@@ -87,13 +93,11 @@ pub(crate) fn parse_args(tokens: TokenStream) -> syn::Result<RawArgs> {
             "min_hold" => set(&mut raw.min_hold, duration(value)),
             "locker" => set(&mut raw.locker, Ok(value)),
             "guard" => set(&mut raw.guard, guard(value)),
-            "crate" => set(&mut raw.krate, crate_path(value)),
-            _ => Err(unknown(&key, &name)),
+            _ => set(&mut raw.krate, crate_path(value)),
         };
         errors.push_result(result);
     }
-    errors.finish()?;
-    Ok(raw)
+    Some(raw)
 }
 
 fn set<T>(slot: &mut Option<T>, value: syn::Result<T>) -> syn::Result<()> {
@@ -195,7 +199,7 @@ pub(crate) fn closest(word: &str) -> Option<&'static str> {
 }
 
 /// Levenshtein distance over chars, one row at a time.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -231,7 +235,8 @@ mod tests {
 
     #[test]
     fn reads_every_option() {
-        let raw = parse_args(quote!(
+        let mut errors = Errors::default();
+        let args = quote!(
             name = "a:{b}",
             ttl = "1s",
             max_exec = "500ms",
@@ -241,8 +246,9 @@ mod tests {
             locker = self.locker,
             guard = lease,
             crate = ::my::path,
-        ))
-        .unwrap();
+        );
+        let raw = parse_args(args, &mut errors).unwrap();
+        assert!(errors.finish().is_ok());
         assert_eq!(raw.name.unwrap().value(), "a:{b}");
         assert_eq!(raw.guard.unwrap().to_string(), "lease");
         assert!(raw.locker.is_some() && raw.krate.is_some() && raw.min_hold.is_some());
@@ -250,14 +256,33 @@ mod tests {
 
     #[test]
     fn reports_all_problems_at_once() {
-        let err = parse_args(quote!(ttl = 10, tll = "1s", guard = a.b, ttl = "1s"))
-            .err()
-            .unwrap();
-        let messages: Vec<String> = err.into_iter().map(|e| e.to_string()).collect();
+        let mut errors = Errors::default();
+        let raw = parse_args(
+            quote!(ttl = 10, tll = "1s", guard = a.b, ttl = "1s", wait = "1s"),
+            &mut errors,
+        )
+        .unwrap();
+        let messages: Vec<String> = errors
+            .finish()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
         assert_eq!(messages.len(), 4, "{messages:?}");
         assert!(messages[0].starts_with("expected a string like \"30s\""));
         assert_eq!(messages[1], "unknown option `tll`; did you mean `ttl`?");
         assert!(messages[2].starts_with("expected an identifier"));
         assert_eq!(messages[3], "`ttl` is given twice; keep one");
+        // The good option is kept, and the bad ones are known to have been written.
+        assert!(raw.wait.is_some() && raw.ttl.is_none());
+        assert_eq!(raw.seen, ["ttl", "guard", "wait"]);
+    }
+
+    #[test]
+    fn a_list_that_does_not_parse_is_one_error() {
+        let mut errors = Errors::default();
+        assert!(parse_args(quote!(name "x"), &mut errors).is_none());
+        let message = errors.finish().unwrap_err().to_string();
+        assert_eq!(message, "expected `=` after `name`: write `name = ...`");
     }
 }

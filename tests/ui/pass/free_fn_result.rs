@@ -29,10 +29,16 @@ async fn close_books(tenant: &str, amount: &str) -> Result<Summary, AppError> {
     // `?` converts into the declared error type, so the closure's return type is known.
     let total: u32 = amount.parse()?;
     if total == 0 {
-        return Ok(Summary { fence: lease.fence(), total });
+        return Ok(Summary {
+            fence: lease.fence(),
+            total,
+        });
     }
     tokio::task::yield_now().await;
-    Ok(Summary { fence: lease.fence(), total })
+    Ok(Summary {
+        fence: lease.fence(),
+        total,
+    })
 }
 
 fn main() {

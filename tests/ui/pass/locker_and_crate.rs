@@ -3,8 +3,12 @@ use std::sync::LazyLock;
 
 use lock_runtime::{LockError, Locker, distributed_lock};
 
-static LOCKER: LazyLock<Locker> =
-    LazyLock::new(|| Locker::builder().url("redis://127.0.0.1:6379").build().expect("valid url"));
+static LOCKER: LazyLock<Locker> = LazyLock::new(|| {
+    Locker::builder()
+        .url("redis://127.0.0.1:6379")
+        .build()
+        .expect("valid url")
+});
 
 mod reexport {
     pub use lock_runtime as locks;

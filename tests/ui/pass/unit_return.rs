@@ -7,7 +7,7 @@ use lock_runtime::distributed_lock;
     max_exec = "1m",
     renew = "20s",
     wait = "0s",
-    min_hold = "250ms",
+    min_hold = "250ms"
 )]
 async fn nightly_report() {
     tokio::task::yield_now().await;

@@ -1,0 +1,6 @@
+use lock_runtime::distributed_lock;
+
+#[distributed_lock(name = "job", ttl = 30s)]
+async fn job() {}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use lock_runtime::distributed_lock;
+
+#[distributed_lock(name = "job:{}", ttl = "10s")]
+async fn job(id: u32) {}
+
+fn main() {}
