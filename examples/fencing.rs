@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockOptions, Locker};
 
 /// A storage that refuses writes whose fence is not above every fence it has seen.
@@ -35,14 +35,7 @@ impl FencedStore {
 }
 
 fn main() {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (url, _server) = redis_url_or_private_server();
     let store = Arc::new(FencedStore::default());
     let ttl = Duration::from_millis(300);
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockError, Locker, distributed_lock};
 
 /// The handler's error type: lock failures become a 409/503-style answer.
@@ -55,14 +55,7 @@ async fn withdraw(account_id: u64, amount: u64, accounts: Arc<Accounts>) -> Resu
 
 #[tokio::main]
 async fn main() {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (url, _server) = redis_url_or_private_server();
     lock_runtime::set_default_locker(Locker::connect(&url).await.expect("connect"))
         .expect("first default");
     let accounts = Arc::new(Accounts::default());

@@ -7,20 +7,13 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockError, LockOptions, Locker};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
     // A private server unless REDIS_URL points at one (kept alive until the end of main).
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (url, _server) = redis_url_or_private_server();
     let locker = Locker::connect(&url).await?;
     println!("connected to {url}");
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{Locker, distributed_lock};
 
 struct Worker {
@@ -40,14 +40,7 @@ impl Worker {
 
 #[tokio::main]
 async fn main() {
-    let (_server, url) = match std::env::var("REDIS_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = RedisServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (url, _server) = redis_url_or_private_server();
     for guarded in [true, false] {
         println!(
             "{}",

@@ -41,3 +41,15 @@ mod test_resp;
 
 pub use proxy::FaultProxy;
 pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};
+
+/// The Redis to run an example or a demo against: `REDIS_URL` when set, else a private
+/// [`RedisServer`] (returned too, so that it lives as long as the caller keeps it).
+pub fn redis_url_or_private_server() -> (String, Option<RedisServer>) {
+    match std::env::var("REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = RedisServer::start();
+            (server.url(), Some(server))
+        }
+    }
+}
