@@ -74,6 +74,17 @@ impl LeaseShared {
     pub(crate) fn is_ended(&self) -> bool {
         self.ended.load(Ordering::Acquire)
     }
+
+    /// How long a release must keep the key: the rest of `min_hold`, rounded up so that the key
+    /// never goes before it; 0 means delete.
+    pub(crate) fn keep_ms(&self) -> u64 {
+        let keep = (self.started + self.min_hold).saturating_duration_since(Instant::now());
+        if keep.is_zero() {
+            0
+        } else {
+            keep.as_millis() as u64 + 1
+        }
+    }
 }
 
 /// A held lock. Renewed in the background until [`Lease::release`] or drop; dropping it
@@ -181,13 +192,7 @@ impl Drop for Lease {
 pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Result<(), LockError> {
     shared.ended.store(true, Ordering::Release);
     locker.inner.watchdog.remove(shared);
-    let keep = (shared.started + shared.min_hold).saturating_duration_since(Instant::now());
-    // Round up so the key never goes before `min_hold`.
-    let keep_ms = if keep.is_zero() {
-        0
-    } else {
-        keep.as_millis() as u64 + 1
-    };
+    let keep_ms = shared.keep_ms();
     let nodes = &locker.inner.nodes;
     if let [node] = nodes.as_slice() {
         return match node
@@ -199,24 +204,40 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
             Err(e) => Err(node.redis_error(&shared.name, e)),
         };
     }
-    let results = crate::acquire::on_all_nodes(nodes, |node| {
-        let shared = Arc::clone(shared);
-        async move {
-            node.release(&shared.key, &shared.token, keep_ms, &shared.channel)
-                .await
-        }
-    })
+    let needed = locker.quorum();
+    // Decided once a majority confirmed (or denied): a node that does not answer must not keep
+    // the caller waiting for its response timeout; its request goes on in the background.
+    let results = crate::acquire::on_nodes_until(
+        nodes,
+        |node| {
+            let shared = Arc::clone(shared);
+            async move {
+                node.release(&shared.key, &shared.token, keep_ms, &shared.channel)
+                    .await
+            }
+        },
+        |replies| {
+            let ours = replies
+                .iter()
+                .filter(|r| matches!(r, Some(Ok(true))))
+                .count();
+            let not_ours = replies
+                .iter()
+                .filter(|r| matches!(r, Some(Ok(false))))
+                .count();
+            ours >= needed || not_ours > nodes.len() - needed
+        },
+    )
     .await;
     let mut ours = 0;
     let mut failures = Vec::new();
     for (node, res) in nodes.iter().zip(results) {
         match res {
-            Ok(true) => ours += 1,
-            Ok(false) => {}
-            Err(e) => failures.push((node.addr().to_owned(), e.to_string())),
+            Some(Ok(true)) => ours += 1,
+            Some(Ok(false)) | None => {}
+            Some(Err(e)) => failures.push((node.addr().to_owned(), e.to_string())),
         }
     }
-    let needed = locker.quorum();
     if ours >= needed {
         Ok(())
     } else if nodes.len() - failures.len() < needed {

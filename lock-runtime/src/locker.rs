@@ -145,6 +145,26 @@ impl Locker {
     }
 
     /// Connects to N independent Redis nodes; locks hold with a majority (Redlock).
+    ///
+    /// - An acquire goes to every node at once, each bounded by a per-node timeout of
+    ///   `min(response timeout, (ttl - drift) / 10)`. The lock holds when `N/2 + 1` of the
+    ///   configured N nodes (not of the reachable ones) granted it and the lease is still valid
+    ///   (`ttl - elapsed - drift > 0`). Otherwise the keys it took are deleted before the call
+    ///   returns (on a node whose reply is still out, as soon as it answers), and the attempt
+    ///   gives up as soon as a majority is out of reach: `Busy` when others hold the lock,
+    ///   `QuorumUnavailable` (naming each failed node and why) when too many nodes failed. Within
+    ///   `wait`, both are retried; `QuorumUnavailable` is returned when the wait runs out.
+    /// - Renewal and release go to every node too; the lease stays held only while a majority
+    ///   confirms its renewals in time, and is `Lost` otherwise. A node that stops answering
+    ///   delays neither.
+    /// - Fences: each granted node counts its own; before the lease is handed out, every granted
+    ///   node's counter is raised to their maximum, so the next majority, which shares a node with
+    ///   this one, counts past it and fences never go backwards.
+    /// - **Delayed restart rule.** A node that restarts without persistence comes back empty: it
+    ///   must stay out for at least the longest ttl in use, or it can grant a lock that is still
+    ///   held to a second majority. It also loses its fence counter: fences can go backwards if a
+    ///   majority of the nodes lose theirs before a lease raises them again. Use persistence
+    ///   (`appendonly yes`, `appendfsync always`) where that matters.
     pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,
@@ -168,12 +188,15 @@ impl Locker {
         format!("{}{{{name}}}", self.inner.prefix)
     }
 
-    /// PINGs every node; fails unless a majority answers.
+    /// PINGs every node (all at once); fails unless a majority answers.
     pub async fn check_connection(&self) -> Result<(), LockError> {
+        let nodes = &self.inner.nodes;
+        let pings =
+            crate::acquire::on_all_nodes(nodes, |node| async move { node.ping().await }).await;
         let mut failures = Vec::new();
         let mut last = None;
-        for node in &self.inner.nodes {
-            if let Err(e) = node.ping().await {
+        for (node, res) in nodes.iter().zip(pings) {
+            if let Err(e) = res {
                 failures.push((node.addr().to_owned(), e.to_string()));
                 last = Some(node.redis_error("", e));
             }

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
-use crate::acquire::on_all_nodes;
+use crate::acquire::on_nodes_until;
 use crate::lease::LeaseShared;
 use crate::node::Node;
 
@@ -187,9 +187,24 @@ async fn renew_round(
         let sent = Instant::now();
         let chunk: Arc<Vec<Arc<LeaseShared>>> = Arc::new(chunk.to_vec());
         let replies = if let [node] = nodes.as_slice() {
-            vec![renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await]
+            vec![Some(
+                renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await,
+            )]
         } else {
-            on_all_nodes(&nodes, |node| renew_chunk(node, Arc::clone(&chunk))).await
+            // Decide each lease as soon as a majority confirmed or denied it: a node that stopped
+            // answering must not hold the round until its response timeout, which may be longer
+            // than what is left of the leases' validity.
+            on_nodes_until(
+                &nodes,
+                |node| renew_chunk(node, Arc::clone(&chunk)),
+                |replies| {
+                    (0..chunk.len()).all(|i| {
+                        let (ours, not_ours) = tally(replies, i);
+                        chunk[i].is_ended() || ours >= quorum || not_ours > nodes.len() - quorum
+                    })
+                },
+            )
+            .await
         };
         let mut s = shared.schedule.lock().expect("watchdog lock");
         s.in_flight -= chunk.len();
@@ -198,14 +213,7 @@ async fn renew_round(
             if lease.is_ended() {
                 continue;
             }
-            let ours = replies
-                .iter()
-                .filter(|r| matches!(r, Ok(v) if v[i]))
-                .count();
-            let not_ours = replies
-                .iter()
-                .filter(|r| matches!(r, Ok(v) if !v[i]))
-                .count();
+            let (ours, not_ours) = tally(&replies, i);
             if ours >= quorum {
                 lease.confirm(sent);
                 s.insert(sent + lease.renew, Arc::clone(lease));
@@ -223,6 +231,19 @@ async fn renew_round(
         drop(s);
         shared.wake.notify_one();
     }
+}
+
+/// How many nodes renewed lease `i` of a chunk, and how many said it is no longer ours.
+fn tally(replies: &[Option<redis::RedisResult<Vec<bool>>>], i: usize) -> (usize, usize) {
+    let ours = replies
+        .iter()
+        .filter(|r| matches!(r, Some(Ok(v)) if v[i]))
+        .count();
+    let not_ours = replies
+        .iter()
+        .filter(|r| matches!(r, Some(Ok(v)) if !v[i]))
+        .count();
+    (ours, not_ours)
 }
 
 async fn renew_chunk(

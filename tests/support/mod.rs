@@ -8,6 +8,13 @@ use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockOptions, Locker};
 use redis::aio::MultiplexedConnection;
 
+/// The fenced store and its history checker (fault tests).
+pub mod fenced;
+/// `lock_holder` child processes (fault tests).
+pub mod holder;
+/// Several independent nodes, for Redlock.
+pub mod nodes;
+
 /// A private redis-server with a locker and a raw connection to it.
 pub struct Env {
     pub server: RedisServer,
@@ -144,8 +151,7 @@ pub async fn capture_logs<F: Future>(fut: F) -> Vec<String> {
     let guard = tracing::dispatcher::set_default(&dispatch);
     fut.await;
     drop(guard);
-    let out = logs.lock().unwrap().clone();
-    out
+    logs.lock().unwrap().clone()
 }
 
 struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<String>>>);

@@ -1,0 +1,672 @@
+//! Redlock on N real, independent redis-servers: the majority rule, node failures while a lease
+//! is held, cleanup of partial acquisitions, slow nodes, exclusion and fencing across a node
+//! restart, and waiting for a release.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use lock_runtime::testing::FaultProxy;
+use lock_runtime::{LockError, LostReason};
+use support::nodes::{Nodes, locker_over};
+use support::{eventually, ms, opts};
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// The nodes of `failures` in a `QuorumUnavailable`, by index into `nodes`; panics on a failure
+/// that names no node of `nodes` or gives no reason.
+fn failed_nodes(nodes: &Nodes, failures: &[(String, String)]) -> Vec<usize> {
+    let mut out: Vec<usize> = failures
+        .iter()
+        .map(|(addr, reason)| {
+            assert!(!reason.is_empty(), "no reason given for {addr}");
+            (0..nodes.len())
+                .find(|&i| nodes.addr(i) == *addr)
+                .unwrap_or_else(|| panic!("failure names {addr}, not one of the nodes"))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// Issue 5, test 1: for N = 1, 2, 3, 5 and every number k of nodes down, the lock is taken exactly
+/// when `N - k >= N/2 + 1`, and a failed attempt leaves no key behind on the nodes that are up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_table_takes_the_lock_exactly_with_a_majority_of_the_configured_nodes() {
+    let o = opts(5_000);
+    let mut cases = 0;
+    for n in [1usize, 2, 3, 5] {
+        let nodes = Nodes::start(n);
+        let needed = n / 2 + 1;
+        for k in 0..=n {
+            // Rotate which nodes are down, so that every position is exercised.
+            let down: Vec<usize> = (0..k).map(|j| (j + k + n) % n).collect();
+            for &i in &down {
+                nodes.servers[i].kill();
+            }
+            // A fresh locker per case: no connection state carried over from a killed server.
+            let locker = nodes.locker(ms(500));
+            let name = format!("table-{n}-{k}");
+            let key = locker.key_of(&name);
+            let case = format!("N = {n}, {k} down ({down:?})");
+            let res = locker.acquire(&name, &o).await;
+            if n - k >= needed {
+                let lease = res.unwrap_or_else(|e| panic!("{case}: must be taken: {e}"));
+                let holders = nodes.holders(&key).await;
+                assert!(holders.len() >= needed, "{case}: key on {holders:?} only");
+                lease
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("{case}: release: {e}"));
+                // `release` returns once a majority confirmed; the rest follows at once.
+                eventually(ms(1_000), &format!("{case}: released everywhere"), || {
+                    let (nodes, key) = (&nodes, &key);
+                    async move { nodes.holders(key).await.is_empty() }
+                })
+                .await;
+            } else {
+                let err = res.expect_err(&format!("{case}: must not be taken"));
+                match &err {
+                    // One node is the single-node engine: its own error names the server.
+                    LockError::Redis { addr, .. } if n == 1 => assert_eq!(*addr, nodes.addr(0)),
+                    LockError::QuorumUnavailable {
+                        got,
+                        needed: want,
+                        failures,
+                        ..
+                    } => {
+                        assert_eq!(*want, needed, "{case}");
+                        assert!(*got < needed, "{case}: got {got}");
+                        let failed = failed_nodes(&nodes, failures);
+                        assert!(
+                            failed.iter().all(|i| down.contains(i)),
+                            "{case}: a node that is up was reported failed: {err}"
+                        );
+                        // The attempt gives up as soon as a majority is out of reach: by then
+                        // more than N - needed nodes have failed.
+                        assert!(failed.len() > n - needed, "{case}: {err}");
+                        let text = err.to_string();
+                        for &i in &failed {
+                            assert!(text.contains(&nodes.addr(i)), "{case}: {text}");
+                        }
+                    }
+                    other => panic!("{case}: expected QuorumUnavailable, got {other:?}"),
+                }
+                // Keys taken on a minority are deleted, not left to expire (ttl 5 s): a node
+                // whose grant was still in flight when the attempt gave up is cleaned as soon
+                // as its reply lands.
+                eventually(
+                    ms(1_000),
+                    &format!("{case}: no key left on a node that is up"),
+                    || {
+                        let (nodes, key) = (&nodes, &key);
+                        async move { nodes.holders(key).await.is_empty() }
+                    },
+                )
+                .await;
+            }
+            cases += 1;
+            // A restarted node is empty, which is all this test needs.
+            for &i in &down {
+                nodes.servers[i].restart();
+            }
+        }
+    }
+    assert_eq!(cases, 2 + 3 + 4 + 6);
+}
+
+/// Issue 5, test 2 (first half): one of three nodes dies while the lock is held; the other two
+/// still form a majority, so the lease keeps renewing and the body runs to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
+    let nodes = Arc::new(Nodes::start(3));
+    let locker = nodes.locker(ms(200));
+    let key = locker.key_of("hold");
+    let o = opts(1_000).renew(ms(100));
+    let (started_tx, started_rx) = oneshot::channel();
+    let (killed_tx, killed_rx) = oneshot::channel::<()>();
+    let run = {
+        let (locker, nodes, key) = (locker.clone(), nodes.clone(), key.clone());
+        tokio::spawn(async move {
+            locker
+                .run("hold", &o, async |lease| {
+                    started_tx.send(()).unwrap();
+                    killed_rx.await.unwrap();
+                    let after_kill = lease.deadline();
+                    tokio::time::sleep(ms(600)).await;
+                    // 600 ms after the kill, an unrenewed key would have less than 400 ms left.
+                    let pttls = [nodes.pttl(0, &key).await, nodes.pttl(1, &key).await];
+                    (
+                        lease.deadline().saturating_duration_since(after_kill),
+                        pttls,
+                    )
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    nodes.servers[2].kill();
+    killed_tx.send(()).unwrap();
+    let (advanced, pttls) = run
+        .await
+        .unwrap()
+        .expect("the body completes on a majority");
+    assert!(
+        advanced >= ms(300),
+        "the deadline moved only {advanced:?} in 600 ms after the kill"
+    );
+    assert!(
+        pttls.iter().all(|&p| p > 500),
+        "PTTL on the live nodes: {pttls:?}: not renewed"
+    );
+    assert!(
+        nodes.holders(&key).await.is_empty(),
+        "released on the live nodes"
+    );
+}
+
+/// Issue 5, test 2 (second half): two of three nodes die while the lock is held; the lease can
+/// no longer be renewed on a majority, so it is lost and the body is cancelled before it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_three_nodes_killed_while_held_the_lease_is_lost_and_the_body_cancelled() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(200));
+    let o = opts(1_000).renew(ms(100));
+    let (started_tx, started_rx) = oneshot::channel();
+    let finished = Arc::new(AtomicBool::new(false));
+    let run = {
+        let (locker, finished) = (locker.clone(), finished.clone());
+        tokio::spawn(async move {
+            locker
+                .run("doomed", &o, async |_| {
+                    started_tx.send(()).unwrap();
+                    tokio::time::sleep(ms(5_000)).await;
+                    finished.store(true, Ordering::SeqCst);
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    nodes.servers[0].kill();
+    nodes.servers[2].kill();
+    let killed = Instant::now();
+    let res = run.await.unwrap();
+    let took = killed.elapsed();
+    assert!(
+        matches!(
+            res,
+            Err(LockError::Lost {
+                reason: LostReason::ValidityExpired,
+                ..
+            })
+        ),
+        "two of three nodes gone must end the lease: {res:?}"
+    );
+    assert!(!finished.load(Ordering::SeqCst), "the body ran to its end");
+    // The lease's validity (ttl - drift from the last confirmed renewal) bounds the wait.
+    assert!(
+        took <= ms(1_000 + 500),
+        "loss noticed {took:?} after the kill"
+    );
+}
+
+/// A minority node that stops answering (a partition, not a refused connection) must not hold
+/// up renewal or release: each renewal round is decided by the majority that answers, within the
+/// lease's validity, even with a response timeout longer than the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresponsive_minority_node_stalls_neither_renewal_nor_release() {
+    let nodes = Nodes::start(3);
+    let mut proxies = Vec::new();
+    for s in &nodes.servers {
+        proxies.push(FaultProxy::start(s.addr()).await);
+    }
+    let locker = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(3_000));
+    let key = locker.key_of("partitioned");
+    let o = opts(1_000).renew(ms(100));
+    let (started_tx, started_rx) = oneshot::channel();
+    let (cut_tx, cut_rx) = oneshot::channel::<()>();
+    let run = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .run("partitioned", &o, async |lease| {
+                    started_tx.send(()).unwrap();
+                    cut_rx.await.unwrap();
+                    let after_cut = lease.deadline();
+                    tokio::time::sleep(ms(700)).await;
+                    lease.deadline().saturating_duration_since(after_cut)
+                })
+                .await
+        })
+    };
+    started_rx.await.unwrap();
+    proxies[1].blackhole();
+    let cut = Instant::now();
+    cut_tx.send(()).unwrap();
+    let advanced = run
+        .await
+        .unwrap()
+        .expect("a majority still answers: the body completes");
+    let took = cut.elapsed();
+    assert!(
+        advanced >= ms(300),
+        "the deadline moved only {advanced:?} in 700 ms"
+    );
+    // The release returns once the two answering nodes confirmed, not after the 3 s timeout.
+    assert!(
+        took < ms(2_500),
+        "run returned {took:?} after the partition"
+    );
+    assert_eq!(nodes.get(0, &key).await, None);
+    assert_eq!(nodes.get(2, &key).await, None);
+    proxies[1].pass();
+}
+
+/// Issue 5, test 3: others hold 3 of 5 nodes. The attempt is `Busy`, not `QuorumUnavailable`:
+/// every node answered, and the lock is held because someone else has a majority; `wait` applies.
+/// The keys it did take on the other two nodes are deleted right away, not left to their ttl:
+/// before `acquire` returns on the nodes that had answered, and as soon as the reply lands on a
+/// node whose grant was still in flight when the third "busy" decided the attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
+    let nodes = Nodes::start(5);
+    let locker = nodes.locker(ms(500));
+    let key = locker.key_of("partial");
+    let fence_key = format!("{key}:fence");
+    let foreign = [0, 2, 4];
+    let ours = [1, 3];
+    for i in foreign {
+        nodes.set(i, &key, "someone-else", 10_000).await;
+    }
+    let err = locker.acquire("partial", &opts(10_000)).await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Busy { .. }),
+        "others hold a majority: {err}"
+    );
+
+    // Allow a moment for a grant that was still in flight (far below the 10 s ttl).
+    eventually(
+        ms(500),
+        "the keys taken on nodes 1 and 3 are deleted",
+        || {
+            let (nodes, key) = (&nodes, &key);
+            async move { nodes.holders(key).await == foreign }
+        },
+    )
+    .await;
+    // Control: the attempt really took the key on those two nodes (the fence counter only
+    // moves on a successful SET NX), and never touched the foreign values.
+    for i in ours {
+        assert_eq!(
+            nodes.get(i, &fence_key).await.as_deref(),
+            Some("1"),
+            "node {i}"
+        );
+    }
+    for i in foreign {
+        assert_eq!(nodes.get(i, &fence_key).await, None, "node {i}");
+        assert_eq!(
+            nodes.get(i, &key).await.as_deref(),
+            Some("someone-else"),
+            "node {i}"
+        );
+        assert!(
+            nodes.pttl(i, &key).await > 9_000,
+            "node {i}: foreign ttl touched"
+        );
+    }
+
+    // Waiting: the waiter is not woken by the release messages of its own cleanup (that would be
+    // a busy loop of attempts for the whole wait); with no release from the holder it retries
+    // when the holder's PTTL runs out, which is after the wait.
+    let start = Instant::now();
+    let err = locker
+        .acquire("partial", &opts(10_000).wait(ms(500)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert!(
+        start.elapsed() >= ms(500),
+        "gave up after {:?}",
+        start.elapsed()
+    );
+    for i in ours {
+        let attempts: u64 = nodes.get(i, &fence_key).await.unwrap().parse().unwrap();
+        assert!(
+            attempts <= 1 + 4,
+            "node {i}: {} attempts in a 500 ms wait",
+            attempts - 1
+        );
+    }
+    eventually(ms(500), "no key of ours left after waiting", || {
+        let (nodes, key) = (&nodes, &key);
+        async move { nodes.holders(key).await == foreign }
+    })
+    .await;
+}
+
+/// Issue 5, test 4: replies delayed past the per-node timeout on k of 5 nodes. With k = 2 the
+/// three others are a majority; with k = 3 the attempt fails with `QuorumUnavailable` naming the
+/// slow nodes and why, and its keys are deleted, not left to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_nodes_past_the_per_node_timeout_count_as_failed() {
+    let nodes = Nodes::start(5);
+    let mut proxies = Vec::new();
+    for s in &nodes.servers {
+        proxies.push(FaultProxy::start(s.addr()).await);
+    }
+    // The per-node timeout is min(response timeout, validity / 10) = 150 ms here; each slow
+    // node adds 2 x 200 ms to a round trip.
+    let locker = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(150));
+    let o = opts(10_000);
+    let key = locker.key_of("slow");
+    let released_everywhere = || {
+        let (nodes, key) = (&nodes, &key);
+        async move { nodes.holders(key).await.is_empty() }
+    };
+    // Connect and load the scripts while every node is fast. `release` returns once a majority
+    // confirmed; wait for the rest, so that the next attempt does not meet this key.
+    locker
+        .acquire("slow", &o)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    eventually(
+        ms(2_000),
+        "warm-up released on every node",
+        released_everywhere,
+    )
+    .await;
+
+    for &i in &[0, 1] {
+        proxies[i].delay(ms(200));
+    }
+    let lease = locker
+        .acquire("slow", &o)
+        .await
+        .expect("3 fast nodes of 5 are a majority");
+    lease.release().await.unwrap();
+    eventually(ms(2_000), "released on every node", released_everywhere).await;
+
+    proxies[2].delay(ms(200));
+    let err = locker.acquire("slow", &o).await.unwrap_err();
+    let LockError::QuorumUnavailable {
+        got,
+        needed,
+        failures,
+        ..
+    } = &err
+    else {
+        panic!("expected QuorumUnavailable, got {err:?}");
+    };
+    assert_eq!((*got, *needed), (2, 3), "{err}");
+    let slow: Vec<String> = [0, 1, 2]
+        .iter()
+        .map(|&i| proxies[i].addr().to_string())
+        .collect();
+    let mut named: Vec<String> = failures.iter().map(|(addr, _)| addr.clone()).collect();
+    named.sort();
+    let mut want = slow.clone();
+    want.sort();
+    assert_eq!(
+        named, want,
+        "the failures must be exactly the slow nodes: {err}"
+    );
+    let text = err.to_string();
+    for addr in &slow {
+        assert!(text.contains(addr.as_str()), "{text}");
+    }
+    assert!(
+        failures
+            .iter()
+            .all(|(_, why)| why.contains("timed out") || why.contains("no reply within")),
+        "each failure says why: {err}"
+    );
+    // The keys set on the fast nodes are gone when the call returns; the slow nodes get theirs
+    // deleted right after their late SET (same connection, in order), well before the 10 s ttl.
+    for i in [3, 4] {
+        assert_eq!(nodes.get(i, &key).await, None, "fast node {i}");
+    }
+    eventually(
+        ms(3_000),
+        "no key left on the slow nodes",
+        released_everywhere,
+    )
+    .await;
+    for p in &proxies {
+        p.pass();
+    }
+}
+
+/// Issue 5, test 5: 8 tasks on 3 nodes through two lockers, 300 sections, one node killed and
+/// restarted mid-run: no two holders at once, and fences that only go up.
+///
+/// The killed node restarts empty (no persistence). Redlock is only safe then if the node stays
+/// out for at least the longest ttl in use (the delayed-restart rule): every key it held has
+/// expired elsewhere by then, so it cannot hand a second majority a lock that is still held. The
+/// test keeps the node down for longer than the ttl. Fencing survives because every majority
+/// meets one of the two nodes that kept their counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exclusion_and_monotonic_fences_across_a_node_restart() {
+    const TOTAL: usize = 300;
+    // Sections past this wait for the restart, so that some run after it.
+    const BEFORE_RESTART: usize = 200;
+    const TTL_MS: u64 = 2_000;
+    let nodes = Arc::new(Nodes::start(3));
+    let lockers = [nodes.locker(ms(500)), nodes.locker(ms(500))];
+    let o = opts(TTL_MS).wait(ms(20_000));
+    let inside = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    // Phase of the run: 0 all up, 1 node 2 down, 2 node 2 restarted.
+    let (phase, phase_rx) = tokio::sync::watch::channel(0usize);
+    let fences = Arc::new(Mutex::new(Vec::<(u64, usize)>::new()));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let locker = lockers[t % 2].clone();
+        let (inside, overlaps, done, mut phase, fences) = (
+            inside.clone(),
+            overlaps.clone(),
+            done.clone(),
+            phase_rx.clone(),
+            fences.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while done.load(Ordering::SeqCst) < TOTAL {
+                if done.load(Ordering::SeqCst) >= BEFORE_RESTART {
+                    phase.wait_for(|&p| p == 2).await.unwrap();
+                }
+                locker
+                    .run("exclusive", &o, async |lease| {
+                        if inside.swap(true, Ordering::SeqCst) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let now = *phase.borrow();
+                        fences.lock().unwrap().push((lease.fence(), now));
+                        tokio::task::yield_now().await;
+                        inside.store(false, Ordering::SeqCst);
+                        done.fetch_add(1, Ordering::SeqCst);
+                    })
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t}: {e}"));
+            }
+        }));
+    }
+    let at_least = |n: usize| {
+        let done = done.clone();
+        move || {
+            let done = done.clone();
+            async move { done.load(Ordering::SeqCst) >= n }
+        }
+    };
+    eventually(ms(10_000), "100 sections before the kill", at_least(100)).await;
+    nodes.servers[2].kill();
+    phase.send_replace(1);
+    let killed_at = done.load(Ordering::SeqCst);
+    let down = Instant::now();
+    eventually(
+        ms(10_000),
+        "sections run with node 2 down",
+        at_least(killed_at + 20),
+    )
+    .await;
+    // The delayed-restart rule: stay down for at least the longest ttl.
+    tokio::time::sleep(ms(TTL_MS + 100).saturating_sub(down.elapsed())).await;
+    let restarted = {
+        let nodes = nodes.clone();
+        tokio::task::spawn_blocking(move || nodes.servers[2].restart())
+    };
+    restarted.await.unwrap();
+    phase.send_replace(2);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    println!(
+        "{} sections in {:?}",
+        done.load(Ordering::SeqCst),
+        started.elapsed()
+    );
+
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders were inside at once"
+    );
+    let fences = fences.lock().unwrap().clone();
+    assert!(fences.len() >= TOTAL);
+    for w in fences.windows(2) {
+        assert!(
+            w[0].0 < w[1].0,
+            "fence went from {} to {} (phases {} -> {})",
+            w[0].0,
+            w[1].0,
+            w[0].1,
+            w[1].1
+        );
+    }
+    // Control: the fault happened while sections ran, and the restarted node took part again
+    // (its fence counter is rebuilt only by grants and raises after the restart).
+    let per_phase = |p: usize| fences.iter().filter(|f| f.1 == p).count();
+    assert!(
+        per_phase(1) >= 20,
+        "{} sections with node 2 down",
+        per_phase(1)
+    );
+    assert!(per_phase(2) > 0, "no section after the restart");
+    let fence_key = format!("{}:fence", lockers[0].key_of("exclusive"));
+    let restarted_fence: Option<u64> = nodes.get(2, &fence_key).await.map(|v| v.parse().unwrap());
+    assert!(
+        restarted_fence.is_some(),
+        "the restarted node never granted the lock again"
+    );
+    let key = lockers[0].key_of("exclusive");
+    eventually(ms(1_000), "released on every node", || {
+        let (nodes, key) = (&nodes, &key);
+        async move { nodes.holders(key).await.is_empty() }
+    })
+    .await;
+}
+
+/// Issue 5: waiting on a busy Redlock lock is woken by the holder's release messages from the
+/// nodes, not by the holder's PTTL (10 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
+    let nodes = Nodes::start(3);
+    let holder_locker = nodes.locker(ms(500));
+    let holder = holder_locker
+        .acquire("handoff", &opts(10_000))
+        .await
+        .unwrap();
+    let channel = format!("{}:released", holder_locker.key_of("handoff"));
+    let waiter = {
+        let locker = nodes.locker(ms(500));
+        tokio::spawn(async move {
+            let lease = locker
+                .acquire("handoff", &opts(10_000).wait(ms(8_000)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            lease.release().await.unwrap();
+            at
+        })
+    };
+    eventually(ms(3_000), "the waiter subscribed on every node", || {
+        let (nodes, channel) = (&nodes, &channel);
+        async move {
+            for i in 0..3 {
+                if nodes.subscribers(i, channel).await == 0 {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap();
+    let latency = acquired - released;
+    println!("redlock hand-off latency: {latency:?}");
+    // Far below the 10 s a PTTL-driven retry would take; loose for a busy 2-core machine.
+    assert!(
+        latency <= ms(1_000),
+        "waiter woke {latency:?} after the release"
+    );
+}
+
+/// Within `wait`, an attempt that finds no majority (nodes down) is retried, not returned at
+/// once: the waiter gets the lock when the nodes come back; with the majority still down when
+/// the wait runs out, the answer is `QuorumUnavailable`. With `wait = 0` it fails at once (see
+/// the quorum table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_retries_while_a_majority_is_down() {
+    let nodes = Arc::new(Nodes::start(3));
+    nodes.servers[0].kill();
+    nodes.servers[1].kill();
+    let locker = nodes.locker(ms(200));
+    let start = Instant::now();
+    let err = locker
+        .acquire("outage", &opts(2_000).wait(ms(300)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::QuorumUnavailable { .. }), "{err}");
+    assert!(
+        start.elapsed() >= ms(300),
+        "gave up after {:?}, before the wait ran out",
+        start.elapsed()
+    );
+
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .acquire("outage", &opts(2_000).wait(ms(10_000)))
+                .await
+        })
+    };
+    // Let the waiter meet the outage at least once before the nodes come back.
+    let fence_key = format!("{}:fence", locker.key_of("outage"));
+    eventually(ms(3_000), "the waiter tried", || {
+        let (nodes, fence_key) = (&nodes, &fence_key);
+        async move { nodes.get(2, fence_key).await.is_some() }
+    })
+    .await;
+    let back = {
+        let nodes = nodes.clone();
+        tokio::task::spawn_blocking(move || {
+            nodes.servers[0].restart();
+            nodes.servers[1].restart();
+        })
+    };
+    back.await.unwrap();
+    let lease = waiter
+        .await
+        .unwrap()
+        .expect("taken once the nodes are back");
+    assert!(lease.is_held());
+    lease.release().await.unwrap();
+}
