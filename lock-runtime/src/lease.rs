@@ -207,7 +207,7 @@ pub(crate) async fn release(locker: &Locker, shared: &Arc<LeaseShared>) -> Resul
     let needed = locker.quorum();
     // Decided once a majority confirmed (or denied): a node that does not answer must not keep
     // the caller waiting for its response timeout; its request goes on in the background.
-    let results = crate::acquire::on_nodes_until(
+    let results = crate::fanout::on_nodes_until(
         nodes,
         |node| {
             let shared = Arc::clone(shared);

@@ -27,11 +27,13 @@
 
 mod acquire;
 mod error;
+mod fanout;
 mod lease;
 mod locker;
 mod node;
 mod options;
 mod output;
+mod redlock;
 mod run;
 mod scripts;
 mod watchdog;

@@ -192,7 +192,7 @@ impl Locker {
     pub async fn check_connection(&self) -> Result<(), LockError> {
         let nodes = &self.inner.nodes;
         let pings =
-            crate::acquire::on_all_nodes(nodes, |node| async move { node.ping().await }).await;
+            crate::fanout::on_all_nodes(nodes, |node| async move { node.ping().await }).await;
         let mut failures = Vec::new();
         let mut last = None;
         for (node, res) in nodes.iter().zip(pings) {

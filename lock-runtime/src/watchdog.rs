@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
-use crate::acquire::on_nodes_until;
+use crate::fanout::on_nodes_until;
 use crate::lease::LeaseShared;
 use crate::node::Node;
 
