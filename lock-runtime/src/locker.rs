@@ -48,6 +48,7 @@ pub struct LockerBuilder {
     urls: Vec<String>,
     prefix: String,
     settings: Settings,
+    tls_root_cert: Option<Vec<u8>>,
 }
 
 impl Default for LockerBuilder {
@@ -59,6 +60,7 @@ impl Default for LockerBuilder {
                 connect_timeout: Duration::from_secs(1),
                 response_timeout: Duration::from_secs(1),
             },
+            tls_root_cert: None,
         }
     }
 }
@@ -103,6 +105,15 @@ impl LockerBuilder {
         self
     }
 
+    /// Trusts this root certificate (PEM) for `rediss://` servers instead of the system's trust
+    /// store, e.g. a private CA. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    #[must_use]
+    pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
         if self.urls.is_empty() {
@@ -114,7 +125,7 @@ impl LockerBuilder {
         let nodes = self
             .urls
             .iter()
-            .map(|u| Node::new(u, self.settings).map(Arc::new))
+            .map(|u| Node::new(u, self.settings, self.tls_root_cert.as_deref()).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Locker {
             inner: Arc::new(Inner {

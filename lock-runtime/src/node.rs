@@ -115,9 +115,13 @@ fn manager_config(settings: Settings) -> ConnectionManagerConfig {
 
 impl Node {
     /// Parses the URL and prepares lazy connections; nothing is sent yet.
-    pub(crate) fn new(url: &str, settings: Settings) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        url: &str,
+        settings: Settings,
+        tls_root_cert: Option<&[u8]>,
+    ) -> Result<Self, LockError> {
         let bad = |e: redis::RedisError| {
-            let hint = if url.starts_with("rediss://") {
+            let hint = if url.starts_with("rediss://") && cfg!(not(feature = "tls")) {
                 "; this build has no TLS support: reach the server over redis:// (e.g. through a TLS tunnel)"
             } else {
                 "; expected redis://[user:password@]host:port[/db]"
@@ -129,14 +133,15 @@ impl Node {
         };
         let info = url.into_connection_info().map_err(bad)?;
         let addr = info.addr().to_string();
-        let client = Client::open(info.clone()).map_err(bad)?;
+        let client = open_client(info.clone(), tls_root_cert).map_err(bad)?;
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(settings))
             .map_err(bad)?;
         let resp3 = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let pubsub_client = Client::open(info.set_redis_settings(resp3)).map_err(bad)?;
+        let pubsub_client =
+            open_client(info.set_redis_settings(resp3), tls_root_cert).map_err(bad)?;
         Ok(Self {
             addr,
             conn,
@@ -298,6 +303,22 @@ impl Node {
         Self::bounded(self.settings.response_timeout, conn.subscribe(channel)).await?;
         Ok(sub)
     }
+}
+
+/// A client for `info`; with the `tls` feature and a root certificate, `rediss://` servers are
+/// verified against that certificate instead of the system's trust store.
+fn open_client(info: redis::ConnectionInfo, tls_root_cert: Option<&[u8]>) -> RedisResult<Client> {
+    #[cfg(feature = "tls")]
+    if let Some(root) = tls_root_cert {
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root.to_vec()),
+        };
+        return Client::build_with_tls(info, certs);
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = tls_root_cert;
+    Client::open(info)
 }
 
 fn value_text(value: &Value) -> String {

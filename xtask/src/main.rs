@@ -33,18 +33,23 @@ fn main() -> ExitCode {
 fn test() -> Result<(), String> {
     ensure_redis()?;
     run("cargo", &["fmt", "--all", "--check"])?;
+    let clippy = ["clippy", "--workspace", "--all-targets"];
+    run("cargo", &[&clippy[..], &["--", "-D", "warnings"]].concat())?;
+    run(
+        "cargo",
+        &[&clippy[..], &["--all-features", "--", "-D", "warnings"]].concat(),
+    )?;
+    // --all-features adds the `tls` tests; --include-ignored the slow fault and soak tests.
     run(
         "cargo",
         &[
-            "clippy",
+            "test",
             "--workspace",
-            "--all-targets",
+            "--all-features",
             "--",
-            "-D",
-            "warnings",
+            "--include-ignored",
         ],
-    )?;
-    run("cargo", &["test", "--workspace", "--", "--include-ignored"])
+    )
 }
 
 fn example(name: &str) -> Result<(), String> {
