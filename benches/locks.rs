@@ -7,6 +7,11 @@
 //! whole program takes about a minute with the default. `BENCH_ONLY=3` (or `1,4`, ...) runs only
 //! those rows.
 //!
+//! Sequential round trips on loopback (rows 1 and 5) depend on how fast the OS wakes a thread on
+//! another CPU. On small virtual machines that can swing by 5x from one process to the next; the
+//! program warns when row 1 looks affected. `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks`
+//! (client and server on one CPU) gives stable sequential ratios there.
+//!
 //! Ratios are what matter: absolute figures move from machine to machine, and on a small machine
 //! the client and the server(s) share the same cores. Throughput and latency are measured in
 //! short slices that alternate between the engine and its floor (ABBA order), and each ratio is
@@ -829,6 +834,22 @@ async fn uncontended(cfg: &Config, report: &mut Report) {
         Verdict::Info,
     );
 
+    let rtt = Duration::from_secs_f64(0.5 / one[0].rate);
+    let mut placement = format!(
+        "1: one floor round trip took {} on average (two per cycle)",
+        us(rtt)
+    );
+    if one[2..].iter().any(|c| c.ratio > 1.05) {
+        placement.push_str(
+            ". WARNING: the engine came out faster than the floor, which does strictly less \
+             work: on this machine the client's threads and the server were woken across CPUs \
+             slowly (a virtual machine whose idle vCPUs take long to wake), and then any extra \
+             thread activity of the engine keeps a CPU awake and shortens the round trip. Row 1 \
+             is not meaningful in that state; for reproducible sequential figures run \
+             `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks` (client and server on one CPU)",
+        );
+    }
+    report.note(placement);
     report.note(format!(
         "1: CPU µs per cycle, client / server (schedstat; a sequential cycle also pays for every \
          wake-up): floor {}, floor+fence+publish scripts {}, acquire+release {}, run {}, attribute {}",
