@@ -610,6 +610,7 @@ async fn the_locker_reconnects_after_the_server_restarts() {
     lease.release().await.unwrap();
 }
 
+#[cfg(not(feature = "tls"))]
 #[tokio::test]
 async fn tls_urls_without_tls_support_say_so() {
     let err = Locker::builder()
@@ -626,11 +627,20 @@ async fn credentials_in_the_url_are_used_and_never_printed() {
     let server = lock_runtime::testing::RedisServer::start_with(&["--requirepass", "s3cret"]);
     let url = format!("redis://:s3cret@127.0.0.1:{}", server.port());
     let locker = Locker::connect(&url).await.expect("authenticated");
-    locker.acquire("auth", &opts(1_000)).await.unwrap().release().await.unwrap();
+    locker
+        .acquire("auth", &opts(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     assert!(!format!("{locker:?}").contains("s3cret"));
     let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port());
     let err = Locker::connect(&wrong).await.unwrap_err();
     let text = err.to_string();
-    assert!(text.contains(&format!("127.0.0.1:{}", server.port())), "{text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", server.port())),
+        "{text}"
+    );
     assert!(!text.contains(":wrong@"), "the password leaked: {text}");
 }

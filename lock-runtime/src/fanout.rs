@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use tokio::task::JoinSet;
+use std::pin::Pin;
+use std::task::Poll;
 
 use crate::node::Node;
 
@@ -24,6 +25,8 @@ where
 /// decide the outcome (a majority), or when every node has replied: one slow or unreachable node
 /// must not hold up a decision the others already made. Requests still out go on in the
 /// background. Results in node order; `None` for a node that had not replied yet.
+///
+/// The requests are polled in place, not spawned, so the common case costs no task per node.
 pub(crate) async fn on_nodes_until<T, F, Fut, S>(
     nodes: &[Arc<Node>],
     f: F,
@@ -35,22 +38,31 @@ where
     T: Send + 'static,
     S: FnMut(&[Option<T>]) -> bool,
 {
-    let mut set = JoinSet::new();
-    for (i, node) in nodes.iter().enumerate() {
-        let fut = f(Arc::clone(node));
-        set.spawn(async move { (i, fut.await) });
-    }
+    let mut pending: Vec<Option<Pin<Box<Fut>>>> = nodes
+        .iter()
+        .map(|node| Some(Box::pin(f(Arc::clone(node)))))
+        .collect();
     let mut out: Vec<Option<T>> = (0..nodes.len()).map(|_| None).collect();
-    while let Some(joined) = set.join_next().await {
-        match joined {
-            Ok((i, v)) => out[i] = Some(v),
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            Err(_) => {}
+    let mut left = nodes.len();
+    std::future::poll_fn(|cx| {
+        for (slot, reply) in pending.iter_mut().zip(out.iter_mut()) {
+            if let Some(fut) = slot
+                && let Poll::Ready(v) = fut.as_mut().poll(cx)
+            {
+                *reply = Some(v);
+                *slot = None;
+                left -= 1;
+            }
         }
-        if settled(&out) {
-            break;
+        if left == 0 || settled(&out) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
         }
+    })
+    .await;
+    for fut in pending.into_iter().flatten() {
+        tokio::spawn(fut);
     }
-    set.detach_all();
     out
 }

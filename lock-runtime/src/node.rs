@@ -41,12 +41,23 @@ pub(crate) struct Node {
     settings: Settings,
     notifier: Arc<Notifier>,
     pubsub: OnceCell<ConnectionManager>,
+    /// Held while deciding on and sending SUBSCRIBE or UNSUBSCRIBE, so that they reach the server
+    /// in the order decided: a late UNSUBSCRIBE never undoes a newer waiter's subscription.
+    subscribing: tokio::sync::Mutex<()>,
 }
 
-/// Release channels this node is subscribed to, each with a counter bumped on every message.
+/// Release channels this node listens to, each with a counter bumped on every message.
 #[derive(Default)]
 struct Notifier {
-    channels: Mutex<HashMap<String, (watch::Sender<u64>, usize)>>,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+struct Channel {
+    tx: watch::Sender<u64>,
+    /// Live `Subscription`s.
+    waiters: usize,
+    /// SUBSCRIBE confirmed and no UNSUBSCRIBE sent since.
+    subscribed: bool,
 }
 
 impl Notifier {
@@ -56,15 +67,15 @@ impl Notifier {
             PushKind::Message => {
                 if let Some(Value::BulkString(name)) = push.data.first()
                     && let Ok(name) = std::str::from_utf8(name)
-                    && let Some((tx, _)) = channels.get(name)
+                    && let Some(channel) = channels.get(name)
                 {
-                    tx.send_modify(|n| *n += 1);
+                    channel.tx.send_modify(|n| *n += 1);
                 }
             }
             // A dropped connection may have lost a release message: wake everyone to retry.
             PushKind::Disconnection => {
-                for (tx, _) in channels.values() {
-                    tx.send_modify(|n| *n += 1);
+                for channel in channels.values() {
+                    channel.tx.send_modify(|n| *n += 1);
                 }
             }
             _ => {}
@@ -72,7 +83,7 @@ impl Notifier {
     }
 }
 
-/// Held while waiting for a release message; unsubscribes when the last waiter leaves.
+/// Held while waiting for a release message; the last one to go unsubscribes.
 pub(crate) struct Subscription {
     node: Arc<Node>,
     channel: String,
@@ -82,24 +93,21 @@ pub(crate) struct Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut channels = self.node.notifier.channels.lock().expect("notifier lock");
-        let Some((_, count)) = channels.get_mut(&self.channel) else {
+        let Some(channel) = channels.get_mut(&self.channel) else {
             return;
         };
-        *count -= 1;
-        if *count > 0 {
+        channel.waiters -= 1;
+        if channel.waiters > 0 {
             return;
         }
-        channels.remove(&self.channel);
+        if !channel.subscribed {
+            channels.remove(&self.channel);
+            return;
+        }
         drop(channels);
-        if let (Some(conn), Ok(handle)) = (
-            self.node.pubsub.get(),
-            tokio::runtime::Handle::try_current(),
-        ) {
-            let mut conn = conn.clone();
-            let channel = std::mem::take(&mut self.channel);
-            handle.spawn(async move {
-                let _ = conn.unsubscribe(channel).await;
-            });
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (node, name) = (Arc::clone(&self.node), std::mem::take(&mut self.channel));
+            handle.spawn(async move { node.unsubscribe_if_idle(&name).await });
         }
     }
 }
@@ -149,6 +157,7 @@ impl Node {
             settings,
             notifier: Arc::default(),
             pubsub: OnceCell::new(),
+            subscribing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -265,15 +274,20 @@ impl Node {
         Ok(())
     }
 
-    /// Subscribes to a release channel; the receiver changes on every release message.
+    /// Subscribes to a release channel; the receiver changes on every release message. A channel
+    /// that other waiters already listen to costs no round trip.
     pub(crate) async fn subscribe(self: &Arc<Self>, channel: &str) -> RedisResult<Subscription> {
         let rx = {
             let mut channels = self.notifier.channels.lock().expect("notifier lock");
             let entry = channels
                 .entry(channel.to_owned())
-                .or_insert_with(|| (watch::channel(0).0, 0));
-            entry.1 += 1;
-            entry.0.subscribe()
+                .or_insert_with(|| Channel {
+                    tx: watch::channel(0).0,
+                    waiters: 0,
+                    subscribed: false,
+                });
+            entry.waiters += 1;
+            entry.tx.subscribe()
         };
         // From here on the subscription is counted, so dropping it undoes the count.
         let sub = Subscription {
@@ -281,6 +295,50 @@ impl Node {
             channel: channel.to_owned(),
             rx,
         };
+        let mut conn = self.pubsub_connection().await?;
+        let _order = self.subscribing.lock().await;
+        if self.is_subscribed(channel) {
+            return Ok(sub);
+        }
+        Self::bounded(self.settings.response_timeout, conn.subscribe(channel)).await?;
+        if let Some(c) = self
+            .notifier
+            .channels
+            .lock()
+            .expect("notifier lock")
+            .get_mut(channel)
+        {
+            c.subscribed = true;
+        }
+        Ok(sub)
+    }
+
+    fn is_subscribed(&self, channel: &str) -> bool {
+        let channels = self.notifier.channels.lock().expect("notifier lock");
+        channels.get(channel).is_some_and(|c| c.subscribed)
+    }
+
+    /// Sends UNSUBSCRIBE if nobody waits on `channel` any more.
+    async fn unsubscribe_if_idle(&self, channel: &str) {
+        let _order = self.subscribing.lock().await;
+        let idle = {
+            let mut channels = self.notifier.channels.lock().expect("notifier lock");
+            match channels.get_mut(channel) {
+                Some(c) if c.waiters == 0 => {
+                    channels.remove(channel);
+                    true
+                }
+                _ => false,
+            }
+        };
+        if idle && let Some(conn) = self.pubsub.get() {
+            let mut conn = conn.clone();
+            let _ = Self::bounded(self.settings.response_timeout, conn.unsubscribe(channel)).await;
+        }
+    }
+
+    /// The RESP3 connection that receives release messages, made on first use.
+    async fn pubsub_connection(&self) -> RedisResult<ConnectionManager> {
         let conn = self
             .pubsub
             .get_or_try_init(|| async {
@@ -299,9 +357,7 @@ impl Node {
                 .await
             })
             .await?;
-        let mut conn = conn.clone();
-        Self::bounded(self.settings.response_timeout, conn.subscribe(channel)).await?;
-        Ok(sub)
+        Ok(conn.clone())
     }
 }
 

@@ -88,7 +88,18 @@ pub(crate) async fn redlock_attempt(
         // The requests still out go on: a late grant is part of the lease, renewed and
         // released with the rest (see `settle_late_grants`).
         let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
-        let raise_failures = raise_fences(locker, &granted, &keys.fence_key, fence, per_node).await;
+        // Only counters behind the maximum need raising; when the nodes are in step (the usual
+        // case) that is none, and the acquire stays one round trip.
+        let behind: Vec<(usize, u64)> = granted
+            .iter()
+            .copied()
+            .filter(|&(_, f)| f < fence)
+            .collect();
+        let raise_failures = if behind.is_empty() {
+            Vec::new()
+        } else {
+            raise_fences(locker, &behind, &keys.fence_key, fence, per_node).await
+        };
         if granted.len() - raise_failures.len() >= needed {
             return Ok(Ok(Grant {
                 fence,

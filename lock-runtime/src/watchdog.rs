@@ -18,6 +18,9 @@ use crate::node::Node;
 
 /// Most keys in one renew script call.
 const CHUNK: usize = 1000;
+/// How long an idle task waits for new leases before it stops: a steady acquire/release loop
+/// then reuses one task instead of spawning one per lease.
+const LINGER: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 pub(crate) struct Watchdog {
@@ -37,6 +40,9 @@ struct Schedule {
     /// Leases taken out of `due` by a renewal round that has not finished yet.
     in_flight: usize,
     running: bool,
+    /// When the running task will next look at the schedule by itself; `None` while it is busy.
+    /// A new lease due earlier than this wakes it.
+    armed: Option<Instant>,
 }
 
 impl Schedule {
@@ -77,7 +83,8 @@ impl Watchdog {
     pub(crate) fn register(&self, nodes: &[Arc<Node>], quorum: usize, lease: Arc<LeaseShared>) {
         let at = lease.started + lease.renew;
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
-        let earliest = s.insert(at, lease);
+        s.insert(at, lease);
+        let earliest = s.armed.is_none_or(|armed| at < armed);
         if !s.running {
             s.running = true;
             drop(s);
@@ -114,49 +121,63 @@ impl Watchdog {
 
 async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
     let shared = Arc::clone(&guard.shared);
+    let mut idle_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
-        let (batch, next) = {
+        let wake_at = {
             let mut s = shared.schedule.lock().expect("watchdog lock");
-            take_due(&mut s, now)
+            let (batch, next) = take_due(&mut s, now);
+            if !batch.is_empty() {
+                s.armed = None;
+                drop(s);
+                idle_since = None;
+                tokio::spawn(renew_round(
+                    Arc::clone(&shared),
+                    nodes.clone(),
+                    quorum,
+                    batch,
+                ));
+                continue;
+            }
+            let wake_at = match next {
+                Some(at) => Some(at),
+                // A round is out: its end re-schedules its leases and wakes us.
+                None if s.in_flight > 0 => None,
+                None => {
+                    let since = *idle_since.get_or_insert(now);
+                    if now >= since + LINGER {
+                        // Stop under the lock: a new lease either landed before this check, or
+                        // sees `running == false` and starts a new task. Disarm the guard so
+                        // that its drop cannot clear the flag of that new task.
+                        s.running = false;
+                        s.armed = None;
+                        guard.armed = false;
+                        return;
+                    }
+                    Some(since + LINGER)
+                }
+            };
+            if next.is_some() || s.in_flight > 0 {
+                idle_since = None;
+            }
+            s.armed = wake_at;
+            wake_at
         };
-        if !batch.is_empty() {
-            tokio::spawn(renew_round(
-                Arc::clone(&shared),
-                nodes.clone(),
-                quorum,
-                batch,
-            ));
-            continue;
-        }
-        match next {
+        match wake_at {
             Some(at) => {
                 tokio::select! {
                     () = tokio::time::sleep_until(at) => {}
                     () = shared.wake.notified() => {}
                 }
             }
-            None if shared.schedule.lock().expect("watchdog lock").in_flight > 0 => {
-                // A round is out; its end re-schedules its leases and wakes us.
-                shared.wake.notified().await;
-            }
-            None => {
-                // Decide to stop under the lock: a new lease either lands before this check, or
-                // sees `running == false` and starts a new task. Disarm the guard so that its
-                // drop cannot clear the flag of that new task.
-                let mut s = shared.schedule.lock().expect("watchdog lock");
-                if s.due.is_empty() && s.in_flight == 0 {
-                    s.running = false;
-                    guard.armed = false;
-                    return;
-                }
-            }
+            None => shared.wake.notified().await,
         }
     }
 }
 
-/// Removes and returns every live lease due by now (plus a quarter of its renew period);
-/// also returns when the next one is due.
+/// Removes and returns every live lease that is due, plus, once one is due, those due within a
+/// quarter of their renew period (renewed a little early, in the same round trip); also returns
+/// when the next one is due.
 fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
     let mut batch = Vec::new();
     loop {
@@ -167,9 +188,8 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<In
             s.remove((at, id));
             continue;
         }
-        let early = lease.renew / 4;
-        if at > now + early {
-            return (batch, Some(at - early));
+        if at > now + lease.renew / 4 || (batch.is_empty() && at > now) {
+            return (batch, Some(at));
         }
         let lease = s.remove((at, id)).expect("present");
         s.in_flight += 1;
