@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisResult, Value};
+use redis::{
+    Client, ErrorKind, IntoConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisResult,
+    Script, ServerErrorKind, Value,
+};
 use tokio::sync::{OnceCell, watch};
 
 use crate::LockError;
@@ -192,6 +195,27 @@ impl Node {
         }
     }
 
+    /// Sends an EVALSHA built by [`evalsha`]; on NOSCRIPT (a new or restarted server) loads the
+    /// script once and sends it again.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &redis::Cmd,
+        limit: Duration,
+    ) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        Self::bounded(limit, async {
+            match cmd.query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                    cmd.query_async(&mut conn).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+
     pub(crate) async fn ping(&self) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let limit = self.settings.connect_timeout + self.settings.response_timeout;
@@ -206,11 +230,9 @@ impl Node {
         ttl_ms: u64,
         limit: Duration,
     ) -> RedisResult<AcquireReply> {
-        let mut conn = self.conn.clone();
-        let mut call = scripts::ACQUIRE.key(key);
-        call.key(fence_key).arg(token).arg(ttl_ms);
-        let (status, value): (i64, Value) =
-            Self::bounded(limit, call.invoke_async(&mut conn)).await?;
+        let mut cmd = evalsha(&scripts::ACQUIRE, 2);
+        cmd.arg(key).arg(fence_key).arg(token).arg(ttl_ms);
+        let (status, value): (i64, Value) = self.eval(&scripts::ACQUIRE, &cmd, limit).await?;
         Ok(match (status, value) {
             (1, Value::Int(fence)) => AcquireReply::Taken {
                 fence: fence as u64,
@@ -235,13 +257,16 @@ impl Node {
 
     /// Renews many leases in one script call: `(key, token, ttl_ms)` each; true where still ours.
     pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> RedisResult<Vec<bool>> {
-        let mut conn = self.conn.clone();
-        let mut call = scripts::RENEW.prepare_invoke();
-        for (key, token, ttl_ms) in items {
-            call.key(*key).arg(*token).arg(*ttl_ms);
+        let mut cmd = evalsha(&scripts::RENEW, items.len());
+        for (key, _, _) in items {
+            cmd.arg(*key);
         }
-        let out: Vec<i64> =
-            Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        for (_, token, ttl_ms) in items {
+            cmd.arg(*token).arg(*ttl_ms);
+        }
+        let out: Vec<i64> = self
+            .eval(&scripts::RENEW, &cmd, self.settings.response_timeout)
+            .await?;
         Ok(out.into_iter().map(|v| v == 1).collect())
     }
 
@@ -253,11 +278,11 @@ impl Node {
         keep_ms: u64,
         channel: &str,
     ) -> RedisResult<bool> {
-        let mut conn = self.conn.clone();
-        let mut call = scripts::RELEASE.key(key);
-        call.arg(token).arg(keep_ms).arg(channel);
-        let done: i64 =
-            Self::bounded(self.settings.response_timeout, call.invoke_async(&mut conn)).await?;
+        let mut cmd = evalsha(&scripts::RELEASE, 1);
+        cmd.arg(key).arg(token).arg(keep_ms).arg(channel);
+        let done: i64 = self
+            .eval(&scripts::RELEASE, &cmd, self.settings.response_timeout)
+            .await?;
         Ok(done == 1)
     }
 
@@ -267,10 +292,9 @@ impl Node {
         fence: u64,
         limit: Duration,
     ) -> RedisResult<()> {
-        let mut conn = self.conn.clone();
-        let mut call = scripts::RAISE_FENCE.key(fence_key);
-        call.arg(fence);
-        let _: i64 = Self::bounded(limit, call.invoke_async(&mut conn)).await?;
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1);
+        cmd.arg(fence_key).arg(fence);
+        let _: i64 = self.eval(&scripts::RAISE_FENCE, &cmd, limit).await?;
         Ok(())
     }
 
@@ -359,6 +383,14 @@ impl Node {
             .await?;
         Ok(conn.clone())
     }
+}
+
+/// `EVALSHA <sha> <numkeys>`; the caller appends the keys, then the arguments. Written straight
+/// into one command buffer, without `ScriptInvocation`'s copy of every argument.
+fn evalsha(script: &Script, numkeys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(numkeys);
+    cmd
 }
 
 /// A client for `info`; with the `tls` feature and a root certificate, `rediss://` servers are
