@@ -194,47 +194,38 @@ async fn per_tenant(
     Ok(())
 }
 
-#[tokio::test]
-async fn the_key_comes_from_the_arguments() {
-    let env = Env::start().await;
+/// Runs two calls for these tenants side by side; returns the enter (true) / leave order.
+async fn side_by_side(locker: &Locker, tenants: [&str; 2]) -> Vec<bool> {
     let log = Mutex::new(Vec::new());
-    // Two tenants: both are inside at once. The same tenant twice: one after the other.
     let (a, b) = tokio::join!(
-        per_tenant(&env.locker, "acme", &log),
-        per_tenant(&env.locker, "globex", &log)
+        per_tenant(locker, tenants[0], &log),
+        per_tenant(locker, tenants[1], &log)
     );
     a.unwrap();
     b.unwrap();
-    let events: Vec<bool> = log
-        .lock()
+    log.into_inner()
         .unwrap()
-        .drain(..)
+        .into_iter()
         .map(|(_, enter)| enter)
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn the_key_comes_from_the_arguments() {
+    let env = Env::start().await;
+    let events = side_by_side(&env.locker, ["acme", "globex"]).await;
     assert_eq!(
         events,
         [true, true, false, false],
         "different tenants run in parallel"
     );
-    let (a, b) = tokio::join!(
-        per_tenant(&env.locker, "acme", &log),
-        per_tenant(&env.locker, "acme", &log)
-    );
-    a.unwrap();
-    b.unwrap();
-    let events: Vec<bool> = log
-        .lock()
-        .unwrap()
-        .drain(..)
-        .map(|(_, enter)| enter)
-        .collect();
+    let events = side_by_side(&env.locker, ["acme", "acme"]).await;
     assert_eq!(
         events,
         [true, false, true, false],
         "the same tenant serialises"
     );
-    let key = env.key("tenant:acme");
-    assert_eq!(key, "lock:{tenant:acme}");
+    assert_eq!(env.key("tenant:acme"), "lock:{tenant:acme}");
 }
 
 #[distributed_lock(name = "busy", ttl = "5s", wait = "200ms", locker = locker)]
