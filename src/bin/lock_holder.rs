@@ -1,0 +1,277 @@
+//! A lock holder in a process of its own, for the fault tests (`tests/faults.rs`): pausing or
+//! killing it is a real process pause or crash, renewal watchdog included.
+//!
+//! ```text
+//! lock_holder MODE key=value...
+//!   redis=URL     the lock server                      (required)
+//!   store=URL     the fenced store's server            (modes attr, stale, stale-async)
+//!   name=NAME     lock name, also the store's name     (default "suite")
+//!   client=ID     this holder's name in the history    (default "holder")
+//!   ttl=MS        lease length for the manual API      (default 300)
+//!   tasks=N       concurrent tasks                     (mode attr, default 4)
+//!   sections=N    locked sections per task             (mode attr, default 200)
+//!   hold=MS       body's pause before writing          (mode stale-async, default 150)
+//! ```
+//!
+//! Modes:
+//! - `attr`: `tasks` tasks each run `sections` locked sections through `#[distributed_lock]`
+//!   (enter the store, yield, write); a busy lock is retried.
+//! - `hold`: acquires by hand and holds until killed.
+//! - `stale`: in a locked body, enters the store, prints `blocked`, then blocks its thread reading
+//!   stdin; on a line, writes to the store at once with a blocking call. The test freezes the
+//!   process (SIGSTOP) while it is blocked, so the write is a stale holder's write sent the moment
+//!   it is resumed: the pause lands between the holder's last check and its write, the case
+//!   fencing exists for, and the write cannot be cancelled before it is sent.
+//! - `stale-async`: in a locked body, enters the store, prints `entered`, sleeps `hold` ms, then
+//!   writes asynchronously. The test freezes it wherever it happens to be.
+//!
+//! Every event is one line on stdout (`key=value` fields), flushed as it happens:
+//! `ready`, `acquired fence= token=`, `entered fence= basis=`, `blocked`, `wrote fence= accepted=`,
+//! `result ok` / `result err=<kind> msg=<text>`, `done sections= busy= errors=`.
+
+#[path = "../../tests/support/fenced.rs"]
+mod fenced;
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fenced::{BlockingStore, FencedStore};
+use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
+
+struct Args(HashMap<String, String>);
+
+impl Args {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn str(&self, key: &str, default: &str) -> String {
+        self.get(key).unwrap_or(default).to_owned()
+    }
+
+    fn required(&self, key: &str) -> String {
+        self.get(key)
+            .unwrap_or_else(|| panic!("lock_holder: missing {key}=..."))
+            .to_owned()
+    }
+
+    fn num(&self, key: &str, default: u64) -> u64 {
+        self.get(key).map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("lock_holder: bad {key}={v}"))
+        })
+    }
+}
+
+#[derive(Debug)]
+enum HolderError {
+    Lock(LockError),
+    Store(redis::RedisError),
+}
+
+impl From<LockError> for HolderError {
+    fn from(e: LockError) -> Self {
+        HolderError::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for HolderError {
+    fn from(e: redis::RedisError) -> Self {
+        HolderError::Store(e)
+    }
+}
+
+/// `result ...` for a locked call's outcome.
+fn print_result<T>(res: &Result<T, HolderError>) {
+    match res {
+        Ok(_) => println!("result ok"),
+        Err(HolderError::Lock(e)) => {
+            let kind = match e {
+                LockError::Busy { .. } => "busy",
+                LockError::Lost { .. } => "lost",
+                LockError::MaxExecExceeded { .. } => "max-exec",
+                LockError::Redis { .. } => "redis",
+                _ => "other",
+            };
+            println!("result err={kind} msg={}", e.to_string().replace('\n', " "));
+        }
+        Err(HolderError::Store(e)) => println!("result err=store msg={e}"),
+    }
+}
+
+struct Section {
+    store: FencedStore,
+    client: String,
+}
+
+/// The section of scenario 1, through the attribute: a fenced read-modify-write.
+#[distributed_lock(name = "{name}", ttl = "2s", wait = "30s", locker = locker, guard = lease)]
+async fn locked_section(
+    locker: &Locker,
+    name: &str,
+    section: &Section,
+) -> Result<bool, HolderError> {
+    let fence = lease.fence();
+    let entered = section.store.enter(&section.client, fence).await?;
+    tokio::task::yield_now().await;
+    let written = section
+        .store
+        .write(&section.client, fence, entered.basis)
+        .await?;
+    Ok(written.accepted)
+}
+
+async fn attr(args: &Args, locker: Locker) -> ExitCode {
+    let name = args.str("name", "suite");
+    let client = args.str("client", "holder");
+    let store = FencedStore::connect(&args.required("store"), &name)
+        .await
+        .expect("store connects");
+    let (tasks, sections) = (args.num("tasks", 4), args.num("sections", 200));
+    println!("ready");
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let section = Arc::new(Section {
+            store: store.clone(),
+            client: format!("{client}.{t}"),
+        });
+        let (locker, name) = (locker.clone(), name.clone());
+        handles.push(tokio::spawn(async move {
+            let (mut done, mut busy, mut errors) = (0u64, 0u64, 0u64);
+            while done < sections {
+                match locked_section(&locker, &name, &section).await {
+                    Ok(_) => done += 1,
+                    Err(HolderError::Lock(LockError::Busy { .. })) => busy += 1,
+                    Err(e) => {
+                        errors += 1;
+                        println!("error task={t} {e:?}");
+                        if errors > 10 {
+                            break;
+                        }
+                    }
+                }
+            }
+            (done, busy, errors)
+        }));
+    }
+    let (mut done, mut busy, mut errors) = (0, 0, 0);
+    for h in handles {
+        let (d, b, e) = h.await.expect("task");
+        done += d;
+        busy += b;
+        errors += e;
+    }
+    println!("done sections={done} busy={busy} errors={errors}");
+    if errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn hold(args: &Args, locker: Locker) -> ExitCode {
+    let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    println!("ready");
+    let lease = locker
+        .acquire(&args.str("name", "suite"), &opts)
+        .await
+        .expect("acquire");
+    println!("acquired fence={} token={}", lease.fence(), lease.token());
+    let reason = lease.lost().await;
+    println!("lost reason={reason:?}");
+    ExitCode::FAILURE
+}
+
+async fn stale(args: &Args, locker: Locker) -> ExitCode {
+    let name = args.str("name", "suite");
+    let client = args.str("client", "holder");
+    let store_url = args.required("store");
+    let store = FencedStore::connect(&store_url, &name)
+        .await
+        .expect("store connects");
+    let mut blocking = BlockingStore::connect(&store_url, &name).expect("store connects");
+    let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    println!("ready");
+    let res: Result<(), HolderError> = locker
+        .run(&name, &opts, async |lease| {
+            let fence = lease.fence();
+            println!("acquired fence={fence} token={}", lease.token());
+            let entered = store.enter(&client, fence).await?;
+            println!("entered fence={fence} basis={}", entered.basis);
+            println!("blocked");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).expect("stdin");
+            let written = blocking.write(&client, fence, entered.basis)?;
+            println!("wrote fence={fence} accepted={}", written.accepted);
+            Ok(())
+        })
+        .await
+        .map_err(HolderError::from)
+        .and_then(|r| r);
+    print_result(&res);
+    ExitCode::SUCCESS
+}
+
+async fn stale_async(args: &Args, locker: Locker) -> ExitCode {
+    let name = args.str("name", "suite");
+    let client = args.str("client", "holder");
+    let store = FencedStore::connect(&args.required("store"), &name)
+        .await
+        .expect("store connects");
+    let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    let hold = Duration::from_millis(args.num("hold", 150));
+    println!("ready");
+    let res: Result<(), HolderError> = locker
+        .run(&name, &opts, async |lease| {
+            let fence = lease.fence();
+            println!("acquired fence={fence} token={}", lease.token());
+            let entered = store.enter(&client, fence).await?;
+            println!("entered fence={fence} basis={}", entered.basis);
+            tokio::time::sleep(hold).await;
+            let written = store.write(&client, fence, entered.basis).await?;
+            println!("wrote fence={fence} accepted={}", written.accepted);
+            Ok(())
+        })
+        .await
+        .map_err(HolderError::from)
+        .and_then(|r| r);
+    print_result(&res);
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let mut argv = std::env::args().skip(1);
+    let mode = argv.next().unwrap_or_default();
+    let args = Args(
+        argv.map(|a| {
+            let (k, v) = a
+                .split_once('=')
+                .unwrap_or_else(|| panic!("lock_holder: `{a}` is not key=value"));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect(),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let locker = Locker::connect(&args.required("redis"))
+            .await
+            .expect("locker connects");
+        match mode.as_str() {
+            "attr" => attr(&args, locker).await,
+            "hold" => hold(&args, locker).await,
+            "stale" => stale(&args, locker).await,
+            "stale-async" => stale_async(&args, locker).await,
+            other => {
+                eprintln!("lock_holder: unknown mode `{other}` (attr, hold, stale, stale-async)");
+                ExitCode::from(2)
+            }
+        }
+    })
+}

@@ -1,0 +1,386 @@
+//! Scenario 9 of issue 4: a soak. 16 tasks on 4 lockers (one straight to Redis, three through
+//! fault proxies) run mixed locked sections on one name for `SOAK_SECS` seconds (default 60)
+//! while random faults hit: proxy delays, blackholes and resets, Redis frozen, and one Redis
+//! restart. Then: 0 safety violations in the fenced store's history, and once every locker is
+//! dropped, the runtime's task count and Redis's client list are back to their baseline.
+//!
+//! `#[ignore]`d: run it with `cargo test --test soak -- --include-ignored` (the README's test
+//! command and `.ci/run` do). `SOAK_SEED` replays a run (the seed is printed).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_runtime::{Lease, LockError, LockOptions, Locker};
+use support::fenced::{FencedStore, Mode};
+use support::{eventually, ms};
+use tokio::time::{Instant, timeout};
+
+/// xorshift64*: small, seedable, good enough to pick faults and operations.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        ms(lo + self.below(hi - lo + 1))
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Outcomes of the operations, by kind.
+#[derive(Default)]
+struct Counts {
+    sections: AtomicU64,
+    busy: AtomicU64,
+    lost: AtomicU64,
+    max_exec: AtomicU64,
+    redis: AtomicU64,
+    cancelled: AtomicU64,
+    dropped: AtomicU64,
+    other: AtomicU64,
+}
+
+impl Counts {
+    fn record<T>(&self, res: &Result<T, LockError>) {
+        let counter = match res {
+            Ok(_) => &self.sections,
+            Err(LockError::Busy { .. }) => &self.busy,
+            Err(LockError::Lost { .. }) => &self.lost,
+            Err(LockError::MaxExecExceeded { .. }) => &self.max_exec,
+            Err(LockError::Redis { .. }) => &self.redis,
+            Err(_) => &self.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Display for Counts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        write!(
+            f,
+            "{} sections done, {} busy, {} lost, {} max_exec, {} redis errors, {} cancelled by the caller, \
+             {} leases dropped unreleased, {} other errors",
+            g(&self.sections),
+            g(&self.busy),
+            g(&self.lost),
+            g(&self.max_exec),
+            g(&self.redis),
+            g(&self.cancelled),
+            g(&self.dropped),
+            g(&self.other)
+        )
+    }
+}
+
+const NAME: &str = "soak";
+
+/// A fenced read-modify-write, with a pause between the read and the write.
+async fn section(store: &FencedStore, client: &str, lease: &Lease, pause: Duration) {
+    let entered = store
+        .enter(client, lease.fence())
+        .await
+        .expect("store enter");
+    tokio::time::sleep(pause).await;
+    store
+        .write(client, lease.fence(), entered.basis)
+        .await
+        .expect("store write");
+}
+
+/// One task: random operations until `until`.
+async fn worker(
+    id: u64,
+    seed: u64,
+    locker: Locker,
+    store: FencedStore,
+    counts: Arc<Counts>,
+    until: Instant,
+) {
+    let mut rng = Rng::new(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    while Instant::now() < until {
+        let ttl = rng.pick(&[200u64, 300, 500, 800]);
+        let wait = rng.pick(&[0u64, 50, 300, 1_000]);
+        let o = LockOptions::new(ms(ttl)).wait(ms(wait));
+        // Mostly short; one in four long enough for a fault to land mid-body.
+        let pause = if rng.below(4) == 0 {
+            rng.ms(0, ttl / 2)
+        } else {
+            rng.ms(0, 5)
+        };
+        match rng.below(6) {
+            // The locked call, as the attribute makes it.
+            0 | 1 => {
+                let client = format!("t{id}.run");
+                let res = locker
+                    .run(NAME, &o, async |lease| {
+                        section(&store, &client, lease, pause).await
+                    })
+                    .await;
+                counts.record(&res);
+            }
+            // By hand: acquire, section, release. Nothing cancels this section: if the lease is
+            // lost meanwhile, the fence is what protects the store.
+            2 => {
+                let client = format!("t{id}.manual");
+                match locker.acquire(NAME, &o).await {
+                    Ok(lease) => {
+                        section(&store, &client, &lease, pause).await;
+                        let released = lease.release().await;
+                        counts.record(&released);
+                    }
+                    Err(e) => counts.record::<()>(&Err(e)),
+                }
+            }
+            // A lease dropped without release: released in the background.
+            3 => match locker.acquire(NAME, &o).await {
+                Ok(lease) => {
+                    drop(lease);
+                    counts.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => counts.record::<()>(&Err(e)),
+            },
+            // The caller gives up mid-body: the future is dropped.
+            4 => {
+                let client = format!("t{id}.run");
+                let give_up = rng.ms(0, 60);
+                let call = locker.run(NAME, &o, async |lease| {
+                    section(&store, &client, lease, ms(50)).await
+                });
+                match timeout(give_up, call).await {
+                    Ok(res) => counts.record(&res),
+                    Err(_) => {
+                        counts.cancelled.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            // A body that runs past max_exec.
+            _ => {
+                let client = format!("t{id}.run");
+                let o = o.max_exec(ms(ttl / 4));
+                let res = locker
+                    .run(NAME, &o, async |lease| {
+                        section(&store, &client, lease, ms(ttl / 2)).await
+                    })
+                    .await;
+                counts.record(&res);
+            }
+        }
+    }
+}
+
+/// Connections to `url` other than the one asking (blocking: no task of the runtime is used).
+fn other_clients(url: &str) -> usize {
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    list.lines().filter(|l| !l.trim().is_empty()).count() - 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak: SOAK_SECS (default 60) seconds; run with --include-ignored"]
+async fn s9_soak_random_faults_no_violations_no_leaks() {
+    let secs: u64 = std::env::var("SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let seed: u64 = std::env::var("SOAK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("soak: {secs} s, SOAK_SEED={seed}");
+    let server = RedisServer::start();
+    let store_server = RedisServer::start();
+    let store = FencedStore::connect(&store_server.url(), NAME)
+        .await
+        .unwrap();
+    store.reset(Mode::Fenced).await.unwrap();
+    let proxies = [
+        FaultProxy::start(server.addr()).await,
+        FaultProxy::start(server.addr()).await,
+    ];
+
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let base_tasks = metrics.num_alive_tasks();
+    let base_clients = tokio::task::block_in_place(|| other_clients(&server.url()));
+
+    let counts = Arc::new(Counts::default());
+    let started = Instant::now();
+    let until = started + Duration::from_secs(secs);
+    let mut faults = Vec::new();
+    // The store's sequence number right after the Redis restart.
+    let mut restart_seq = None;
+    {
+        let quick = |url: String| {
+            Locker::builder()
+                .url(url)
+                .response_timeout(ms(300))
+                .connect()
+        };
+        let lockers = [
+            Locker::connect(&server.url()).await.unwrap(),
+            Locker::connect(&proxies[0].url()).await.unwrap(),
+            Locker::connect(&proxies[1].url()).await.unwrap(),
+            quick(proxies[0].url()).await.unwrap(),
+        ];
+        let workers: Vec<_> = (0..16u64)
+            .map(|id| {
+                let (locker, store, counts) = (
+                    lockers[id as usize % 4].clone(),
+                    store.clone(),
+                    counts.clone(),
+                );
+                tokio::spawn(worker(id, seed, locker, store, counts, until))
+            })
+            .collect();
+
+        // The fault injector, in this task: the servers and proxies stay owned here.
+        let mut rng = Rng::new(seed);
+        let restart_at = started + Duration::from_secs(secs) * 2 / 3;
+        let mut restarted = false;
+        while Instant::now() < until {
+            tokio::time::sleep(rng.ms(100, 600)).await;
+            let proxy = &proxies[rng.below(2) as usize];
+            let lasting = rng.ms(50, 700);
+            let fault = if !restarted && Instant::now() >= restart_at {
+                9
+            } else {
+                rng.below(5)
+            };
+            match fault {
+                0 => {
+                    let d = rng.ms(5, 80);
+                    faults.push(format!("delay {d:?} for {lasting:?}"));
+                    proxy.delay(d);
+                    tokio::time::sleep(lasting).await;
+                    proxy.pass();
+                }
+                1 => {
+                    faults.push(format!("blackhole for {lasting:?}"));
+                    proxy.blackhole();
+                    tokio::time::sleep(lasting).await;
+                    proxy.pass();
+                }
+                2 => {
+                    faults.push("reset".to_owned());
+                    proxy.reset_all();
+                }
+                3 => {
+                    let lasting = rng.ms(50, 500);
+                    faults.push(format!("redis frozen for {lasting:?}"));
+                    tokio::task::block_in_place(|| server.pause());
+                    tokio::time::sleep(lasting).await;
+                    tokio::task::block_in_place(|| server.resume());
+                }
+                4 => {
+                    faults.push(format!("delay+reset {lasting:?}"));
+                    proxy.delay(rng.ms(5, 50));
+                    tokio::time::sleep(lasting).await;
+                    proxy.reset_all();
+                    proxy.pass();
+                }
+                _ => {
+                    faults.push("redis restarted".to_owned());
+                    tokio::task::block_in_place(|| server.restart());
+                    restarted = true;
+                    restart_seq = Some(store.seq().await.unwrap());
+                }
+            }
+        }
+        for p in &proxies {
+            p.pass();
+        }
+        for w in workers {
+            timeout(Duration::from_secs(60), w)
+                .await
+                .expect("a worker hung after the soak")
+                .expect("worker panicked");
+        }
+        drop(lockers);
+    }
+    println!("{} faults: {faults:?}", faults.len());
+    println!("{counts}");
+
+    // No leaks: every task the lockers started ends, every connection they opened closes.
+    eventually(
+        Duration::from_secs(10),
+        "the runtime's task count back to its baseline",
+        || async { metrics.num_alive_tasks() <= base_tasks },
+    )
+    .await;
+    let url = server.url();
+    eventually(
+        Duration::from_secs(10),
+        "Redis's client list back to its baseline",
+        || async { tokio::task::block_in_place(|| other_clients(&url)) <= base_clients },
+    )
+    .await;
+
+    let report = store.check().await.unwrap();
+    println!("{report}");
+    // Overlaps are expected across the restart: it empties the lock server, so new holders get
+    // in while an old one is still inside its body (until its next renewal), and the fence
+    // counter restarts (the store refuses the newcomers). Any other overlap of two cancellable
+    // (`run`) sections means a body outlived its lease: printed, as the margin is the drift.
+    let spans_restart = |h: &support::fenced::Hold| {
+        restart_seq.is_some_and(|r| h.start <= r && h.end.is_none_or(|e| e >= r))
+    };
+    let (mut across_restart, mut run_overlaps, mut other_overlaps) = (0, 0, 0);
+    for &(a, b) in &report.overlaps {
+        let (a, b) = (&report.holds[a], &report.holds[b]);
+        if spans_restart(a) || spans_restart(b) {
+            across_restart += 1;
+        } else if a.client.ends_with(".run") && b.client.ends_with(".run") {
+            run_overlaps += 1;
+        } else {
+            other_overlaps += 1;
+        }
+    }
+    println!(
+        "overlapping pairs: {across_restart} across the restart (store seq {restart_seq:?}), \
+         {run_overlaps} of two run sections otherwise{}, {other_overlaps} involving a manual lease",
+        if run_overlaps > 0 {
+            " (A BODY OUTLIVED ITS LEASE)"
+        } else {
+            ""
+        }
+    );
+    assert_eq!(report.violations(), 0, "safety violations: {report}");
+    // The faults happened and were felt: calls failed, leases were lost, stale writes refused.
+    let felt = counts.redis.load(Ordering::Relaxed)
+        + counts.lost.load(Ordering::Relaxed)
+        + report.refused.len() as u64;
+    assert!(
+        !faults.is_empty() && felt > 0,
+        "no fault had any effect: {counts}; {report}"
+    );
+    assert!(
+        counts.sections.load(Ordering::Relaxed) > 0,
+        "no section ran: {counts}"
+    );
+    assert!(report.accepted > 0, "no write was accepted: {report}");
+}
