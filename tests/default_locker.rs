@@ -22,7 +22,7 @@ async fn default_locker_is_made_from_lock_redis_url() {
         .acquire("default", &LockOptions::new(Duration::from_secs(1)))
         .await
         .unwrap();
-    assert_eq!(lease.fence(), 1);
+    assert!(lease.fence() > 0);
     lease.release().await.unwrap();
     // Once made, it cannot be replaced.
     assert!(lock_runtime::set_default_locker(locker).is_err());

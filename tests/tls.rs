@@ -47,7 +47,7 @@ async fn rediss_urls_work_with_a_private_root_certificate() {
         .expect("TLS connection");
     let opts = LockOptions::new(Duration::from_secs(1));
     let lease = locker.acquire("tls", &opts).await.unwrap();
-    assert_eq!(lease.fence(), 1);
+    assert!(lease.fence() > 0);
     // A waiter over TLS is woken by the release message too (the pub/sub connection is TLS as well).
     let waiter = {
         let locker = locker.clone();

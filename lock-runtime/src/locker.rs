@@ -173,9 +173,9 @@ impl Locker {
     ///   this one, counts past it and fences never go backwards.
     /// - **Delayed restart rule.** A node that restarts without persistence comes back empty: it
     ///   must stay out for at least the longest ttl in use, or it can grant a lock that is still
-    ///   held to a second majority. It also loses its fence counter: fences can go backwards if a
-    ///   majority of the nodes lose theirs before a lease raises them again. Use persistence
-    ///   (`appendonly yes`, `appendfsync always`) where that matters.
+    ///   held to a second majority. Its fence counter restarts from the server's clock in
+    ///   microseconds, above every fence handed out before, as long as that clock does not go
+    ///   back. Use persistence (`appendonly yes`, `appendfsync always`) where that matters.
     pub async fn redlock<I, S>(urls: I) -> Result<Self, LockError>
     where
         I: IntoIterator<Item = S>,

@@ -35,25 +35,27 @@ where
             if let Some(reason) = now.lost {
                 break Outcome::Lost(reason);
             }
-            let wake = deadline.min(now.valid_until);
+            // The clock first: a body resumed after a pause must not take one more step past
+            // its bounds before the timers get polled.
+            if let Some(out) = past_bounds(deadline, now.valid_until) {
+                break out;
+            }
             tokio::select! {
                 biased;
-                done = &mut body => break match done {
-                    Ok(v) => Outcome::Done(v),
-                    Err(panic) => Outcome::Panicked(panic),
-                },
-                () = tokio::time::sleep_until(wake) => {
-                    // Whichever bound came first decides (both may have passed by now).
-                    let valid_until = status.borrow().valid_until;
-                    let now = Instant::now();
-                    if valid_until <= now && valid_until <= deadline {
-                        break Outcome::Lost(LostReason::ValidityExpired);
-                    }
-                    if now >= deadline {
-                        break Outcome::MaxExec;
-                    }
-                }
+                () = tokio::time::sleep_until(deadline.min(now.valid_until)) => {}
                 _ = status.changed() => {}
+                done = &mut body => break match done {
+                    Err(panic) => Outcome::Panicked(panic),
+                    // A body that finished after its lease ran out ran (partly) without the
+                    // lock: report the loss rather than a success.
+                    Ok(_) if status.borrow().lost.is_some() => {
+                        Outcome::Lost(status.borrow().lost.unwrap_or(LostReason::NotOwner))
+                    }
+                    Ok(_) if status.borrow().valid_until <= Instant::now() => {
+                        Outcome::Lost(LostReason::ValidityExpired)
+                    }
+                    Ok(v) => Outcome::Done(v),
+                },
             }
         }
         // The body (and its borrow of the lease) is dropped here: cancelled if it did not finish.
@@ -76,6 +78,18 @@ where
         Outcome::Panicked(panic) => resume_unwind(panic),
         Outcome::MaxExec => Err(LockError::MaxExecExceeded { name, max_exec }),
         Outcome::Lost(reason) => unreachable!("returned above: {reason}"),
+    }
+}
+
+/// Which bound has passed, if any; when both have, the one that came first decides.
+fn past_bounds<T>(deadline: Instant, valid_until: Instant) -> Option<Outcome<T>> {
+    let now = Instant::now();
+    if valid_until <= now && valid_until <= deadline {
+        Some(Outcome::Lost(LostReason::ValidityExpired))
+    } else if now >= deadline {
+        Some(Outcome::MaxExec)
+    } else {
+        None
     }
 }
 

@@ -8,10 +8,18 @@ use redis::Script;
 /// KEYS: lock, fence. ARGV: token, ttl ms.
 /// Returns `{1, fence}` when taken, `{0, pttl}` when busy, `{-1, type}` when the key holds another
 /// type, `{-2, error}` when the fence counter is not a counter (the lock key is then removed again).
+///
+/// A missing fence counter (first use, or a server restarted without persistence) starts at the
+/// server's clock in microseconds, not at 0: fewer than one acquisition per microsecond ever
+/// happens, so the fence keeps growing across such a restart as long as the clock does not go back.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    local now = redis.call('TIME')
+    redis.call('SET', KEYS[2], string.format('%d', now[1] * 1000000 + now[2]))
+  end
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', KEYS[1])
