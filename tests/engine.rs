@@ -645,3 +645,28 @@ async fn credentials_in_the_url_are_used_and_never_printed() {
     );
     assert!(!text.contains(":wrong@"), "the password leaked: {text}");
 }
+
+/// Regression: a body that blocks its thread past the lease's validity used to be reported as
+/// `Ok` although it finished without the lock.
+#[tokio::test(flavor = "current_thread")]
+async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
+    let env = Env::start().await;
+    let res = env
+        .locker
+        .run("blocked", &opts(200), async |_| {
+            // Blocks the only runtime thread: no renewal and no timer can run meanwhile.
+            std::thread::sleep(ms(400));
+            42
+        })
+        .await;
+    assert!(
+        matches!(
+            res,
+            Err(LockError::Lost {
+                reason: LostReason::ValidityExpired,
+                ..
+            })
+        ),
+        "{res:?}"
+    );
+}
