@@ -16,14 +16,16 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    local now = redis.call('TIME')
-    redis.call('SET', KEYS[2], string.format('%d', now[1] * 1000000 + now[2]))
-  end
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', KEYS[1])
     return {-2, fence.err}
+  end
+  if fence == 1 then
+    -- The counter was missing (a counter that started from the clock never comes back to 1).
+    local now = redis.call('TIME')
+    fence = now[1] * 1000000 + now[2]
+    redis.call('SET', KEYS[2], string.format('%d', fence))
   end
   return {1, fence}
 end
