@@ -204,7 +204,7 @@ impl Node {
         limit: Duration,
     ) -> RedisResult<T> {
         let mut conn = self.conn.clone();
-        Self::bounded(limit, async {
+        let call = async {
             match cmd.query_async(&mut conn).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     script.prepare_invoke().load_async(&mut conn).await?;
@@ -212,8 +212,13 @@ impl Node {
                 }
                 other => other,
             }
-        })
-        .await
+        };
+        if limit >= self.settings.response_timeout {
+            // The connection already bounds each reply by the response timeout: no second timer.
+            call.await
+        } else {
+            Self::bounded(limit, call).await
+        }
     }
 
     pub(crate) async fn ping(&self) -> RedisResult<()> {
