@@ -14,12 +14,8 @@ mod template;
 
 use proc_macro::TokenStream;
 
-/// Runs the body of an `async fn` while holding a distributed lock on Redis.
-///
-/// ```ignore
-/// #[distributed_lock(name = "invoice:{tenant}", ttl = "30s", wait = "5s", guard = lease)]
-/// async fn close_books(tenant: &str) -> Result<(), AppError> { /* lease.fence() */ Ok(()) }
-/// ```
+/// Runs the body of an `async fn` while holding a distributed lock on Redis. Use it through
+/// `lock_runtime::distributed_lock`, whose documentation has a compiled example.
 ///
 /// Options: `name` (key template, `{param}` names a parameter), `ttl`, `max_exec`, `renew`,
 /// `wait`, `min_hold` (durations like `"250ms"`, `"1m 30s"`), `locker` (an expression whose
