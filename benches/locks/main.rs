@@ -1,0 +1,96 @@
+//! The benchmark table: the lock engine next to a floor (or a baseline) measured by this same
+//! program, in the same run, on the same connection type, against private `redis-server`
+//! processes (never the one on 127.0.0.1:6379).
+//!
+//! Run: `cargo bench --bench locks` (or `cargo xtask bench`). `BENCH_SECS` (default 5) is the
+//! length of the contended hand-off runs and of the held-lock run, and scales the others; the
+//! whole program takes about a minute with the default. `BENCH_ONLY=3` (or `1,4`, ...) runs only
+//! those rows.
+//!
+//! Sequential round trips on loopback (rows 1 and 5) depend on how fast the OS wakes a thread on
+//! another CPU. On small virtual machines that can swing by 5x from one process to the next; the
+//! program warns when row 1 looks affected. `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks`
+//! (client and server on one CPU) gives stable sequential ratios there.
+//!
+//! Ratios are what matter: absolute figures move from machine to machine, and on a small machine
+//! the client and the server(s) share the same cores. Throughput and latency are measured in
+//! short slices that alternate between the engine and its floor (ABBA order), and each ratio is
+//! the median of the per-round ratios: a slowdown of the whole machine (another process, a noisy
+//! neighbour) then hits both sides of a ratio alike. CPU time per cycle (client threads and
+//! server process, from /proc schedstat) is reported too: it does not depend on that noise.
+
+mod alloc;
+mod cycles;
+mod handoff;
+mod held;
+mod raw;
+mod redlock;
+mod report;
+mod threads;
+
+use std::time::Duration;
+
+use lock_runtime::LockOptions;
+
+use cycles::uncontended;
+use handoff::contended;
+use held::held_leases;
+use redlock::redlock;
+use report::Report;
+
+/// Lease length of the uncontended cycles (rows 1, 2 and 5): long enough never to be renewed.
+pub(crate) const CYCLE_TTL_MS: u64 = 10_000;
+pub(crate) const CYCLE_OPTS: LockOptions = LockOptions::new(Duration::from_millis(CYCLE_TTL_MS));
+
+fn main() {
+    let secs: f64 = match std::env::var("BENCH_SECS") {
+        Ok(s) => s.parse().expect("BENCH_SECS must be a number of seconds"),
+        Err(_) => 5.0,
+    };
+    assert!(secs > 0.0, "BENCH_SECS must be above zero");
+    let cfg = Config {
+        secs: Duration::from_secs_f64(secs),
+        slice: Duration::from_millis(100),
+        rounds: ((secs * 4.0).round() as usize).max(5),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let began = std::time::Instant::now();
+    let load_before = loadavg();
+    let mut report = Report::default();
+    // BENCH_ONLY=3 or BENCH_ONLY=1,4: run only these rows (1 and 2 always run together).
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let wanted = |row: char| only.is_empty() || only.contains(row);
+    runtime.block_on(async {
+        if wanted('1') || wanted('2') {
+            uncontended(&cfg, &mut report).await;
+        }
+        if wanted('3') {
+            contended(&cfg, &mut report).await;
+        }
+        if wanted('4') {
+            held_leases(&cfg, &mut report).await;
+        }
+        if wanted('5') {
+            redlock(&cfg, &mut report).await;
+        }
+    });
+    report.print(&cfg, began.elapsed(), &load_before);
+}
+
+pub(crate) struct Config {
+    /// Length of the hand-off runs and of the held-lock run.
+    pub(crate) secs: Duration,
+    /// Length of one throughput or latency slice.
+    pub(crate) slice: Duration,
+    /// Rounds of slices per comparison (each round measures every variant once).
+    pub(crate) rounds: usize,
+}
+
+pub(crate) fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
