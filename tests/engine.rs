@@ -670,3 +670,120 @@ async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
         "{res:?}"
     );
 }
+
+async fn queue_len(env: &Env, name: &str) -> i64 {
+    let mut raw = env.raw.clone();
+    redis::cmd("ZCARD")
+        .arg(format!("{}:waiters", env.key(name)))
+        .query_async(&mut raw)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_get_the_lock_in_arrival_order() {
+    let env = Env::start().await;
+    let holder = env.locker.acquire("fifo", &opts(10_000)).await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let (locker, order) = (env.second_locker().await, order.clone());
+        waiters.push(tokio::spawn(async move {
+            let lease = locker
+                .acquire("fifo", &opts(10_000).wait(ms(10_000)))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            lease.release().await.unwrap();
+        }));
+        // The next waiter arrives only once this one has its place.
+        eventually(ms(2_000), "the waiter queued", || async {
+            queue_len(&env, "fifo").await == i + 1
+        })
+        .await;
+    }
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        [0, 1, 2, 3, 4],
+        "not served in arrival order"
+    );
+    assert_eq!(queue_len(&env, "fifo").await, 0);
+}
+
+#[tokio::test]
+async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
+    let env = Env::start().await;
+    let key = env.key("phantom");
+    let mut raw = env.raw.clone();
+    // A waiter that queued and then vanished (crashed without leaving the queue).
+    let (now_us, now_ms): (i64, i64) = {
+        let t: (String, String) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+        let us = t.0.parse::<i64>().unwrap() * 1_000_000 + t.1.parse::<i64>().unwrap();
+        (us, us / 1000)
+    };
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(now_us - 1_000)
+        .arg("ghost")
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters:until"))
+        .arg(now_ms + 300)
+        .arg("ghost")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    // The fault is real: the lock is free, yet a newcomer is refused while the ghost is first.
+    let err = env
+        .locker
+        .acquire("phantom", &opts(1_000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    // A waiter gets it once the ghost's place ran out, not after the lock's ttl.
+    let start = Instant::now();
+    let lease = env
+        .locker
+        .acquire("phantom", &opts(1_000).wait(ms(3_000)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < ms(1_000), "waited {:?}", start.elapsed());
+    lease.release().await.unwrap();
+    assert_eq!(queue_len(&env, "phantom").await, 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
+    let env = Env::start().await;
+    let holder = env.locker.acquire("leave", &opts(10_000)).await.unwrap();
+    let locker = env.locker.clone();
+    let task =
+        tokio::spawn(async move { locker.acquire("leave", &opts(1_000).wait(ms(10_000))).await });
+    eventually(ms(2_000), "the waiter queued", || async {
+        queue_len(&env, "leave").await == 1
+    })
+    .await;
+    task.abort();
+    eventually(ms(150), "the cancelled waiter left the queue", || async {
+        queue_len(&env, "leave").await == 0
+    })
+    .await;
+    let err = env
+        .locker
+        .acquire("leave", &opts(1_000).wait(ms(100)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }));
+    assert_eq!(
+        queue_len(&env, "leave").await,
+        0,
+        "a timed-out waiter left the queue"
+    );
+    holder.release().await.unwrap();
+}

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::fanout::on_all_nodes;
 use crate::lease::{LeaseShared, Status, lease_on};
-use crate::node::{AcquireReply, Subscription};
+use crate::node::{AcquireReply, Node, Subscription, WAITER_GRACE};
 use crate::redlock::{Grant, abandon, redlock_attempt, settle_late_grants};
 use crate::{Lease, LockError, LockOptions, Locker, drift};
 
@@ -33,6 +33,62 @@ pub(crate) struct Keys {
     pub(crate) key: String,
     pub(crate) fence_key: String,
     pub(crate) channel: String,
+    /// Waiters in arrival order (a sorted set), and when each one's place runs out.
+    pub(crate) queue: String,
+    pub(crate) queue_deadlines: String,
+}
+
+impl Keys {
+    pub(crate) fn new(key: String) -> Self {
+        Self {
+            fence_key: format!("{key}:fence"),
+            channel: format!("{key}:released"),
+            queue: format!("{key}:waiters"),
+            queue_deadlines: format!("{key}:waiters:until"),
+            key,
+        }
+    }
+}
+
+/// A place in the lock's waiter queue; leaves it when the wait ends without the lock, also when
+/// the waiting future is dropped.
+struct QueuePlace {
+    node: Arc<Node>,
+    keys: Keys,
+    waiter: String,
+    /// Still in the queue as far as we know (the acquire script removes a waiter that got in).
+    queued: bool,
+}
+
+impl QueuePlace {
+    /// Leaves the queue now (the wait ran out).
+    async fn leave(mut self) {
+        self.queued = false;
+        let _ = self.node.leave_queue(&self.keys, &self.waiter).await;
+    }
+
+    /// Taken: the acquire script already removed us.
+    fn taken(mut self) {
+        self.queued = false;
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.queued {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (node, keys, waiter) = (
+                Arc::clone(&self.node),
+                self.keys.clone(),
+                std::mem::take(&mut self.waiter),
+            );
+            handle.spawn(async move {
+                let _ = node.leave_queue(&keys, &waiter).await;
+            });
+        }
+    }
 }
 
 pub(crate) async fn acquire(
@@ -40,12 +96,18 @@ pub(crate) async fn acquire(
     name: String,
     opts: &LockOptions,
 ) -> Result<Lease, LockError> {
-    let key = locker.key_of(&name);
-    let keys = Keys {
-        fence_key: format!("{key}:fence"),
-        channel: format!("{key}:released"),
-        key,
+    let keys = Keys::new(locker.key_of(&name));
+    // One node and a wait: queue up, so that the lock goes to waiters in arrival order.
+    let place = match locker.inner.nodes.as_slice() {
+        [node] if !opts.wait_for().is_zero() => Some(QueuePlace {
+            node: Arc::clone(node),
+            keys: keys.clone(),
+            waiter: uuid::Uuid::new_v4().simple().to_string(),
+            queued: true,
+        }),
+        _ => None,
     };
+    let waiter = place.as_ref().map_or("", |p| p.waiter.as_str());
     let begun = Instant::now();
     let wait_until = begun + opts.wait_for();
     let mut subscriptions: Option<Vec<(usize, Subscription)>> = None;
@@ -57,7 +119,7 @@ pub(crate) async fn acquire(
         for (_, sub) in subscriptions.iter_mut().flatten() {
             sub.rx.borrow_and_update();
         }
-        let outcome = match attempt(locker, &mut name, &keys, opts).await {
+        let outcome = match attempt(locker, &mut name, &keys, waiter, opts).await {
             Ok(outcome) => outcome,
             // Redlock: no majority this time (nodes down or slow, or one failed mid-attempt).
             // Within `wait`, try again after a short, growing, jittered pause; when the wait runs
@@ -74,7 +136,12 @@ pub(crate) async fn acquire(
             Err(e) => return Err(e),
         };
         let (retry_after, busy_nodes) = match outcome {
-            Attempt::Taken(lease) => return Ok(lease),
+            Attempt::Taken(lease) => {
+                if let Some(place) = place {
+                    place.taken();
+                }
+                return Ok(lease);
+            }
             Attempt::Busy { pttl, nodes } => (pttl, nodes),
             Attempt::Expired => (Some(Duration::ZERO), Vec::new()),
         };
@@ -84,6 +151,9 @@ pub(crate) async fn acquire(
             waited: begun.elapsed(),
         };
         if opts.wait_for().is_zero() || now >= wait_until {
+            if let Some(place) = place {
+                place.leave().await;
+            }
             return Err(busy());
         }
         if subscriptions.is_none() {
@@ -92,7 +162,7 @@ pub(crate) async fn acquire(
             subscriptions = Some(subscribe_all(locker, &keys.channel, name.as_deref()).await);
             continue;
         }
-        let retry_at = match retry_after {
+        let mut retry_at = match retry_after {
             Some(pttl) => now + pttl + jitter(pttl),
             None => {
                 // No TTL on the key (not set by this library): back off, released messages still wake us.
@@ -100,12 +170,19 @@ pub(crate) async fn acquire(
                 now + backoff
             }
         };
+        if place.is_some() {
+            // Come back within the grace, or lose the place in the queue.
+            retry_at = retry_at.min(now + WAITER_GRACE / 3);
+        }
         let subs = subscriptions.as_mut().expect("subscribed above");
         tokio::select! {
             () = tokio::time::sleep_until(retry_at.min(wait_until)) => {}
             () = any_changed(subs, &busy_nodes) => {}
         }
         if Instant::now() >= wait_until {
+            if let Some(place) = place {
+                place.leave().await;
+            }
             return Err(busy());
         }
     }
@@ -180,6 +257,7 @@ async fn attempt(
     locker: &Locker,
     name: &mut Option<String>,
     keys: &Keys,
+    waiter: &str,
     opts: &LockOptions,
 ) -> Result<Attempt, LockError> {
     let ttl = opts.ttl();
@@ -194,10 +272,7 @@ async fn attempt(
     let grant = if let [node] = nodes.as_slice() {
         // A reply later than the validity window is useless: bound the wait by it.
         let limit = node.response_timeout().min(validity);
-        match node
-            .acquire(&keys.key, &keys.fence_key, &token, ttl_ms, limit)
-            .await
-        {
+        match node.acquire(keys, &token, ttl_ms, waiter, limit).await {
             Ok(AcquireReply::Taken { fence }) => Grant {
                 fence,
                 nodes: vec![0],

@@ -12,7 +12,12 @@ use redis::{
 use tokio::sync::{OnceCell, watch};
 
 use crate::LockError;
+use crate::acquire::Keys;
 use crate::scripts;
+
+/// A queued waiter keeps its place this long after its last attempt; waiting waiters come back
+/// at least three times per grace, so only a crashed or vanished waiter drops out.
+pub(crate) const WAITER_GRACE: Duration = Duration::from_millis(300);
 
 /// Connection settings shared by every node of a locker.
 #[derive(Debug, Clone, Copy)]
@@ -229,14 +234,22 @@ impl Node {
 
     pub(crate) async fn acquire(
         &self,
-        key: &str,
-        fence_key: &str,
+        keys: &Keys,
         token: &str,
         ttl_ms: u64,
+        waiter: &str,
         limit: Duration,
     ) -> RedisResult<AcquireReply> {
-        let mut cmd = evalsha(&scripts::ACQUIRE, 2);
-        cmd.arg(key).arg(fence_key).arg(token).arg(ttl_ms);
+        let (key, fence_key) = (&keys.key, &keys.fence_key);
+        let mut cmd = evalsha(&scripts::ACQUIRE, 4);
+        cmd.arg(key)
+            .arg(fence_key)
+            .arg(&keys.queue)
+            .arg(&keys.queue_deadlines);
+        cmd.arg(token)
+            .arg(ttl_ms)
+            .arg(waiter)
+            .arg(WAITER_GRACE.as_millis() as u64);
         let (status, value): (i64, Value) = self.eval(&scripts::ACQUIRE, &cmd, limit).await?;
         Ok(match (status, value) {
             (1, Value::Int(fence)) => AcquireReply::Taken {
@@ -258,6 +271,22 @@ impl Node {
                 ),
             },
         })
+    }
+
+    /// Takes `waiter` out of the lock's queue (it gave up or was cancelled).
+    pub(crate) async fn leave_queue(&self, keys: &Keys, waiter: &str) -> RedisResult<()> {
+        let mut conn = self.conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM").arg(&keys.queue).arg(waiter).ignore();
+        pipe.cmd("ZREM")
+            .arg(&keys.queue_deadlines)
+            .arg(waiter)
+            .ignore();
+        Self::bounded(
+            self.settings.response_timeout,
+            pipe.query_async::<()>(&mut conn),
+        )
+        .await
     }
 
     /// Renews many leases in one script call: `(key, token, ttl_ms)` each; true where still ours.

@@ -42,14 +42,10 @@ pub(crate) async fn redlock_attempt(
     let mut set = JoinSet::new();
     for (i, node) in nodes.iter().enumerate() {
         let node = Arc::clone(node);
-        let (key, fence_key, token) = (keys.key.clone(), keys.fence_key.clone(), token.to_owned());
+        let (keys, token) = (keys.clone(), token.to_owned());
         let limit = node.response_timeout().min(per_node);
-        set.spawn(async move {
-            (
-                i,
-                node.acquire(&key, &fence_key, &token, ttl_ms, limit).await,
-            )
-        });
+        // No waiter queue on Redlock: nodes could disagree on who is first.
+        set.spawn(async move { (i, node.acquire(&keys, &token, ttl_ms, "", limit).await) });
     }
     let mut granted: Vec<(usize, u64)> = Vec::new();
     let mut busy_pttl: Option<Option<Duration>> = None;
@@ -223,11 +219,7 @@ pub(crate) async fn settle_late_grants(locker: Locker, lease: Arc<LeaseShared>, 
     while let Some(joined) = late.join_next().await {
         let Ok((i, reply)) = joined else { continue };
         if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
-            let keys = Keys {
-                key: lease.key.clone(),
-                fence_key: String::new(),
-                channel: lease.channel.clone(),
-            };
+            let keys = Keys::new(lease.key.clone());
             release_on(&locker, i, &keys, &lease.token, lease.keep_ms()).await;
         }
     }

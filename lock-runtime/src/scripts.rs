@@ -5,9 +5,15 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// KEYS: lock, fence. ARGV: token, ttl ms.
+/// KEYS: lock, fence, waiter queue, waiter deadlines. ARGV: token, ttl ms, waiter id (empty: not
+/// queuing), waiter grace ms.
 /// Returns `{1, fence}` when taken, `{0, pttl}` when busy, `{-1, type}` when the key holds another
 /// type, `{-2, error}` when the fence counter is not a counter (the lock key is then removed again).
+///
+/// Waiters queue in arrival order and the lock goes to the head of the queue: a free lock is busy
+/// for everyone else while someone older waits. A waiter that stops coming back (crashed, or
+/// cancelled without cleaning up) drops out `grace` after its last attempt. When the lock is free
+/// but not ours, the busy reply carries how long until the head's place runs out.
 ///
 /// A missing fence counter (first use, or a server restarted without persistence) starts at the
 /// server's clock in microseconds, not at 0: fewer than one acquisition per microsecond ever
@@ -15,6 +21,41 @@ use redis::Script;
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
+local waiter, grace = ARGV[3], tonumber(ARGV[4])
+local now, now_us
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now_us = t[1] * 1000000 + t[2]
+    now = math.floor(now_us / 1000)
+  end
+  return now
+end
+local function enqueue()
+  if waiter == '' then return end
+  clock()
+  -- Arrival order by the microsecond, so that ties (broken by name) are practically never.
+  redis.call('ZADD', KEYS[3], 'NX', now_us, waiter)
+  redis.call('ZADD', KEYS[4], clock() + grace, waiter)
+  redis.call('PEXPIRE', KEYS[3], 2 * grace)
+  redis.call('PEXPIRE', KEYS[4], 2 * grace)
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())
+  for _, gone in ipairs(stale) do
+    redis.call('ZREM', KEYS[3], gone)
+    redis.call('ZREM', KEYS[4], gone)
+  end
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if head and head ~= waiter then
+    enqueue()
+    local pttl = redis.call('PTTL', KEYS[1])
+    if pttl < 0 then
+      pttl = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], head) or clock()) - clock())
+    end
+    return {0, pttl}
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' and fence.err then
@@ -23,14 +64,19 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   if fence == 1 then
     -- The counter was missing (a counter that started from the clock never comes back to 1).
-    local now = redis.call('TIME')
-    fence = now[1] * 1000000 + now[2]
+    local t = redis.call('TIME')
+    fence = t[1] * 1000000 + t[2]
     redis.call('SET', KEYS[2], string.format('%d', fence))
+  end
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('ZREM', KEYS[4], waiter)
   end
   return {1, fence}
 end
 local kind = redis.call('TYPE', KEYS[1]).ok
 if kind ~= 'string' then return {-1, kind} end
+enqueue()
 return {0, redis.call('PTTL', KEYS[1])}
 ",
     )
