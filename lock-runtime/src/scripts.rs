@@ -22,62 +22,60 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local waiter, grace = ARGV[3], tonumber(ARGV[4])
-local now, now_us
-local function clock()
-  if not now then
-    local t = redis.call('TIME')
-    now_us = t[1] * 1000000 + t[2]
-    now = math.floor(now_us / 1000)
-  end
-  return now
-end
-local function enqueue()
-  if waiter == '' then return end
-  clock()
-  -- Arrival order by the microsecond, so that ties (broken by name) are practically never.
-  redis.call('ZADD', KEYS[3], 'NX', now_us, waiter)
-  redis.call('ZADD', KEYS[4], clock() + grace, waiter)
-  redis.call('PEXPIRE', KEYS[3], 2 * grace)
-  redis.call('PEXPIRE', KEYS[4], 2 * grace)
-end
+local now_us, now, first
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', clock())
+  local t = redis.call('TIME')
+  now_us = t[1] * 1000000 + t[2]
+  now = math.floor(now_us / 1000)
+  local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
   for _, gone in ipairs(stale) do
     redis.call('ZREM', KEYS[3], gone)
     redis.call('ZREM', KEYS[4], gone)
   end
-  local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-  if head and head ~= waiter then
-    enqueue()
-    local pttl = redis.call('PTTL', KEYS[1])
-    if pttl < 0 then
-      pttl = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], head) or clock()) - clock())
+  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if first == waiter then first = nil end
+end
+if not first then
+  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    local fence = redis.pcall('INCR', KEYS[2])
+    if type(fence) == 'table' and fence.err then
+      redis.call('DEL', KEYS[1])
+      return {-2, fence.err}
     end
-    return {0, pttl}
+    if fence == 1 then
+      -- The counter was missing (a counter that started from the clock never comes back to 1).
+      local t = redis.call('TIME')
+      fence = t[1] * 1000000 + t[2]
+      redis.call('SET', KEYS[2], string.format('%d', fence))
+    end
+    if waiter ~= '' then
+      redis.call('ZREM', KEYS[3], waiter)
+      redis.call('ZREM', KEYS[4], waiter)
+    end
+    return {1, fence}
   end
+  local kind = redis.call('TYPE', KEYS[1]).ok
+  if kind ~= 'string' then return {-1, kind} end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' and fence.err then
-    redis.call('DEL', KEYS[1])
-    return {-2, fence.err}
-  end
-  if fence == 1 then
-    -- The counter was missing (a counter that started from the clock never comes back to 1).
+-- Busy, or free but someone queued first: take (or keep) a place in the queue.
+if waiter ~= '' then
+  if not now_us then
     local t = redis.call('TIME')
-    fence = t[1] * 1000000 + t[2]
-    redis.call('SET', KEYS[2], string.format('%d', fence))
+    now_us = t[1] * 1000000 + t[2]
+    now = math.floor(now_us / 1000)
   end
-  if waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('ZREM', KEYS[4], waiter)
-  end
-  return {1, fence}
+  -- Arrival order by the microsecond, so that ties (broken by name) practically never happen.
+  redis.call('ZADD', KEYS[3], 'NX', now_us, waiter)
+  redis.call('ZADD', KEYS[4], now + grace, waiter)
+  redis.call('PEXPIRE', KEYS[3], 2 * grace)
+  redis.call('PEXPIRE', KEYS[4], 2 * grace)
 end
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'string' then return {-1, kind} end
-enqueue()
-return {0, redis.call('PTTL', KEYS[1])}
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl < 0 and first then
+  -- Free, but not our turn: retry when the first waiter's place runs out, or on a release.
+  pttl = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now)
+end
+return {0, pttl}
 ",
     )
 });
