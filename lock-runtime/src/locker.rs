@@ -227,6 +227,10 @@ impl Locker {
 
     /// Takes the lock `name`, waiting up to `opts.wait` for a busy one. The lease is renewed in the
     /// background until it is released or dropped.
+    ///
+    /// Waiting is woken by the holder's release message. On one node waiters are served in
+    /// arrival order: they queue in `<key>:waiters`, a free lock goes to the first of them, and a
+    /// waiter that stops coming back loses its place 300 ms after its last attempt.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
         opts.validate_for(name)?;
         crate::acquire::acquire(self, name.to_owned(), opts).await
