@@ -114,7 +114,7 @@ pub(crate) async fn acquire(
     let mut backoff = Duration::from_millis(10);
     let mut unavailable_backoff = Duration::from_millis(5);
     let mut name = Some(name);
-    loop {
+    let result = loop {
         // Only messages from now on tell something about the coming attempt.
         for (_, sub) in subscriptions.iter_mut().flatten() {
             sub.rx.borrow_and_update();
@@ -129,19 +129,14 @@ pub(crate) async fn acquire(
                 let retry_at = Instant::now() + unavailable_backoff + jitter(unavailable_backoff);
                 tokio::time::sleep_until(retry_at.min(wait_until)).await;
                 if Instant::now() >= wait_until {
-                    return Err(e);
+                    break Err(e);
                 }
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => break Err(e),
         };
         let (retry_after, busy_nodes) = match outcome {
-            Attempt::Taken(lease) => {
-                if let Some(place) = place {
-                    place.taken();
-                }
-                return Ok(lease);
-            }
+            Attempt::Taken(lease) => break Ok(lease),
             Attempt::Busy { pttl, nodes } => (pttl, nodes),
             Attempt::Expired => (Some(Duration::ZERO), Vec::new()),
         };
@@ -151,10 +146,7 @@ pub(crate) async fn acquire(
             waited: begun.elapsed(),
         };
         if opts.wait_for().is_zero() || now >= wait_until {
-            if let Some(place) = place {
-                place.leave().await;
-            }
-            return Err(busy());
+            break Err(busy());
         }
         if subscriptions.is_none() {
             // Subscribe before the next try, so that a release between the try and the wait is
@@ -180,12 +172,18 @@ pub(crate) async fn acquire(
             () = any_changed(subs, &busy_nodes) => {}
         }
         if Instant::now() >= wait_until {
-            if let Some(place) = place {
-                place.leave().await;
-            }
-            return Err(busy());
+            break Err(busy());
         }
+    };
+    // The place in the queue: the acquire script removed it when we got the lock; a wait that ran
+    // out leaves now; after any other error the place's drop leaves in the background, so the
+    // caller does not wait on a node that may not answer.
+    match (&result, place) {
+        (Ok(_), Some(place)) => place.taken(),
+        (Err(LockError::Busy { .. }), Some(place)) => place.leave().await,
+        _ => {}
     }
+    result
 }
 
 /// Subscribes to the release channel on every node at once (a node that is down must not delay

@@ -107,16 +107,6 @@ impl Watchdog {
             s.due.remove(&slot);
         }
     }
-
-    /// Leases currently scheduled (for tests and metrics).
-    #[allow(dead_code)]
-    pub(crate) fn len(&self) -> usize {
-        self.shared
-            .schedule
-            .lock()
-            .map(|s| s.due.len())
-            .unwrap_or(0)
-    }
 }
 
 async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
