@@ -13,7 +13,7 @@ async fn default_locker_is_made_from_lock_redis_url() {
         std::env::set_var("LOCK_REDIS_URL", server.url());
         std::env::set_var("REDIS_URL", "redis://127.0.0.1:1");
     }
-    let locker = lock_runtime::default_locker();
+    let locker = lock_runtime::default_locker().expect("a valid URL");
     assert!(
         format!("{locker:?}").contains(&server.port().to_string()),
         "{locker:?}"

@@ -115,7 +115,7 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
             #(#inner)*
             const #options: #private::LockOptions = #options_expr;
             let #name: ::std::string::String = ::std::format!(#key_format #(, #key_args)*);
-            let #locker: #private::Locker = #locker_expr;
+            let #locker: ::core::result::Result<#private::Locker, #private::LockError> = #locker_expr;
             #call
         }
     }

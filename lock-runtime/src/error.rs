@@ -129,6 +129,23 @@ impl LockError {
         }
     }
 
+    /// The same error about lock `name` (errors made outside a lock call have no name yet).
+    pub(crate) fn for_lock(mut self, lock: &str) -> Self {
+        match &mut self {
+            Self::Busy { name, .. }
+            | Self::Lost { name, .. }
+            | Self::MaxExecExceeded { name, .. }
+            | Self::QuorumUnavailable { name, .. }
+            | Self::Redis { name, .. }
+            | Self::Config { name, .. } => {
+                if name.is_empty() {
+                    lock.clone_into(name);
+                }
+            }
+        }
+        self
+    }
+
     pub(crate) fn config(name: &str, message: impl Into<String>) -> Self {
         Self::Config {
             name: name.to_owned(),

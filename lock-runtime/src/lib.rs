@@ -75,22 +75,31 @@ pub mod __private {
     pub use crate::{Lease, LockError, LockOptions, Locker};
     pub use core::time::Duration;
 
-    /// The process default locker (see [`crate::set_default_locker`]).
-    pub fn default_locker() -> Locker {
+    /// The process default locker (see [`crate::set_default_locker`]), or why there is none.
+    pub fn default_locker() -> Result<Locker, LockError> {
         crate::locker::default_locker()
     }
 
     /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).
-    pub fn locker_ref(locker: &Locker) -> Locker {
-        locker.clone()
+    pub fn locker_ref(locker: &Locker) -> Result<Locker, LockError> {
+        Ok(locker.clone())
     }
 
     /// The whole life of one locked call, with a lock failure mapped into the body's return type.
-    pub async fn run<R, F>(locker: Locker, name: String, opts: &LockOptions, body: F) -> R
+    pub async fn run<R, F>(
+        locker: Result<Locker, LockError>,
+        name: String,
+        opts: &LockOptions,
+        body: F,
+    ) -> R
     where
         R: LockOutput,
         F: AsyncFnOnce(&Lease) -> R,
     {
+        let locker = match locker {
+            Ok(locker) => locker,
+            Err(err) => return R::from_lock_error(err.for_lock(&name)),
+        };
         match locker.run_owned_name(name, opts, body).await {
             Ok(out) => out,
             Err(err) => R::from_lock_error(err),
