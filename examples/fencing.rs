@@ -69,7 +69,7 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let locker = Locker::connect(&url).await.unwrap();
-        let opts = LockOptions::new(ttl).wait(Duration::from_secs(2));
+        let opts = LockOptions::new(ttl).with_wait(Duration::from_secs(2));
         // B waits until A's key expires, then writes with a higher fence.
         let lease = locker.acquire("ledger", &opts).await.unwrap();
         println!(

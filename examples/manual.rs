@@ -31,7 +31,7 @@ async fn main() -> Result<(), LockError> {
     let waiter = {
         let locker = locker.clone();
         tokio::spawn(async move {
-            let opts = LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5));
+            let opts = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(5));
             let started = tokio::time::Instant::now();
             let lease = locker.acquire("invoice:42", &opts).await?;
             println!(
@@ -47,7 +47,7 @@ async fn main() -> Result<(), LockError> {
     waiter.await.expect("waiter task")?;
 
     // `run`: the whole life of one locked call; the body is cancelled past max_exec.
-    let short = LockOptions::new(Duration::from_secs(2)).max_exec(Duration::from_millis(300));
+    let short = LockOptions::new(Duration::from_secs(2)).with_max_exec(Duration::from_millis(300));
     let result = locker
         .run("report", &short, async |lease| {
             println!("running under fence {}", lease.fence());

@@ -18,7 +18,7 @@ async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let fences = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let o = opts(5_000).wait(ms(20_000));
+    let o = opts(5_000).with_wait(ms(20_000));
     let mut tasks = Vec::new();
     for t in 0..8 {
         let locker = lockers[t % 2].clone();
@@ -98,7 +98,7 @@ async fn stale_holder_never_touches_the_new_holders_key() {
         // A: long ttl, fast renewal, so its watchdog tries to renew right after the takeover.
         let a = env
             .locker
-            .acquire("stale", &opts(60_000).renew(ms(5)))
+            .acquire("stale", &opts(60_000).with_renew(ms(5)))
             .await
             .unwrap();
         env.del(&key).await; // A's key expires (simulated).
@@ -136,7 +136,7 @@ async fn stale_holder_never_touches_the_new_holders_key() {
 async fn watchdog_renews_while_the_body_runs_and_stops_after() {
     let env = Env::start().await;
     let key = env.key("renewed");
-    let o = opts(1_000).renew(ms(100));
+    let o = opts(1_000).with_renew(ms(100));
     let min_pttl = Arc::new(AtomicUsize::new(usize::MAX));
     let sampler = {
         let (raw_env_url, key, min_pttl) = (env.server.url(), key.clone(), min_pttl.clone());
@@ -179,7 +179,7 @@ async fn watchdog_renews_while_the_body_runs_and_stops_after() {
 async fn key_deleted_by_someone_else_cancels_the_body_with_lost() {
     let env = Env::start().await;
     let key = env.key("stolen");
-    let o = opts(10_000).renew(ms(100));
+    let o = opts(10_000).with_renew(ms(100));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let finished = Arc::new(AtomicBool::new(false));
     let run = {
@@ -230,7 +230,7 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
     let env = Env::start().await;
     // max_exec defaults to ttl - drift, counted from the body's start; validity counts from
     // when the acquire was sent, so here the lease's validity is the earlier bound.
-    let o = opts(600).renew(ms(100));
+    let o = opts(600).with_renew(ms(100));
     let (started_tx, started_rx) = tokio::sync::oneshot::channel();
     let cancelled = Arc::new(std::sync::Mutex::new(None));
     let run = {
@@ -259,7 +259,7 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
         ),
         "a body under a frozen Redis must end with Lost, got {res:?}"
     );
-    let bound = (body_start + o.max_exec_or_default()).min(validity);
+    let bound = (body_start + o.max_exec()).min(validity);
     let at = cancelled.lock().unwrap().expect("the body was dropped");
     assert!(
         at <= bound + ms(20),
@@ -283,7 +283,7 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
 #[tokio::test]
 async fn max_exec_cancels_the_body_at_its_deadline_and_releases() {
     let env = Env::start().await;
-    let o = opts(2_000).max_exec(ms(200));
+    let o = opts(2_000).with_max_exec(ms(200));
     let start = Instant::now();
     let res = env
         .locker
@@ -370,7 +370,7 @@ async fn env_exists_not(env: &Env, key: &str) -> bool {
 async fn min_hold_keeps_the_key_after_an_early_return() {
     let env = Env::start().await;
     let key = env.key("job");
-    let o = opts(2_000).min_hold(ms(400));
+    let o = opts(2_000).with_min_hold(ms(400));
     let start = Instant::now();
     env.locker.run("job", &o, async |_| ()).await.unwrap();
     assert!(
@@ -406,7 +406,7 @@ async fn waiter_is_woken_by_the_release_not_by_polling() {
         let locker = env.second_locker().await;
         tokio::spawn(async move {
             let lease = locker
-                .acquire("handoff", &opts(10_000).wait(ms(5_000)))
+                .acquire("handoff", &opts(10_000).with_wait(ms(5_000)))
                 .await
                 .unwrap();
             let at = Instant::now();
@@ -444,7 +444,7 @@ async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     let start = Instant::now();
     let err = env
         .locker
-        .acquire("busy", &opts(10_000).wait(ms(300)))
+        .acquire("busy", &opts(10_000).with_wait(ms(300)))
         .await
         .unwrap_err();
     let took = start.elapsed();
@@ -508,7 +508,7 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
         .unwrap();
     let err = env
         .locker
-        .acquire("wrongtype", &opts(1_000).wait(ms(200)))
+        .acquire("wrongtype", &opts(1_000).with_wait(ms(200)))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
@@ -550,9 +550,9 @@ async fn invalid_options_are_config_errors_naming_the_rule() {
             LockOptions::new(Duration::from_micros(1500)),
             "whole number of milliseconds",
         ),
-        (opts(1_000).max_exec(ms(995)), "max_exec"),
-        (opts(1_000).renew(ms(600)), "renew"),
-        (opts(1_000).min_hold(ms(2_000)), "min_hold"),
+        (opts(1_000).with_max_exec(ms(995)), "max_exec"),
+        (opts(1_000).with_renew(ms(600)), "renew"),
+        (opts(1_000).with_min_hold(ms(2_000)), "min_hold"),
     ];
     for (o, rule) in cases {
         let err = env.locker.acquire("opts", &o).await.unwrap_err();
@@ -690,7 +690,7 @@ async fn waiters_get_the_lock_in_arrival_order() {
         let (locker, order) = (env.second_locker().await, order.clone());
         waiters.push(tokio::spawn(async move {
             let lease = locker
-                .acquire("fifo", &opts(10_000).wait(ms(10_000)))
+                .acquire("fifo", &opts(10_000).with_wait(ms(10_000)))
                 .await
                 .unwrap();
             order.lock().unwrap().push(i);
@@ -750,7 +750,7 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let start = Instant::now();
     let lease = env
         .locker
-        .acquire("phantom", &opts(1_000).wait(ms(3_000)))
+        .acquire("phantom", &opts(1_000).with_wait(ms(3_000)))
         .await
         .unwrap();
     assert!(start.elapsed() < ms(1_000), "waited {:?}", start.elapsed());
@@ -763,8 +763,11 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     let env = Env::start().await;
     let holder = env.locker.acquire("leave", &opts(10_000)).await.unwrap();
     let locker = env.locker.clone();
-    let task =
-        tokio::spawn(async move { locker.acquire("leave", &opts(1_000).wait(ms(10_000))).await });
+    let task = tokio::spawn(async move {
+        locker
+            .acquire("leave", &opts(1_000).with_wait(ms(10_000)))
+            .await
+    });
     eventually(ms(2_000), "the waiter queued", || async {
         queue_len(&env, "leave").await == 1
     })
@@ -776,7 +779,7 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     .await;
     let err = env
         .locker
-        .acquire("leave", &opts(1_000).wait(ms(100)))
+        .acquire("leave", &opts(1_000).with_wait(ms(100)))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }));

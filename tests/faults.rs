@@ -250,7 +250,9 @@ async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
         let waiter = {
             let (locker, name) = (env.second_locker().await, name.clone());
             tokio::spawn(async move {
-                let lease = locker.acquire(&name, &opts(5_000).wait(ms(5_000))).await;
+                let lease = locker
+                    .acquire(&name, &opts(5_000).with_wait(ms(5_000)))
+                    .await;
                 (Instant::now(), lease)
             })
         };
@@ -342,7 +344,7 @@ async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
         a.pause().await;
 
         // B takes the lock once A's key expired: A's renewals are frozen with it.
-        let o = opts(2_000).wait(ms(5_000));
+        let o = opts(2_000).with_wait(ms(5_000));
         let client = format!("B{round}");
         let (b_fence, b_accepted) = env
             .locker
@@ -425,7 +427,7 @@ async fn s3_paused_holder_async_body_is_cancelled_or_refused() {
             store.store.history().await.unwrap().iter().any(
                 |e| matches!(e, support::fenced::Event::Write { client: c, .. } if *c == client),
             );
-        let o = opts(2_000).wait(ms(5_000));
+        let o = opts(2_000).with_wait(ms(5_000));
         let b_client = format!("B{round}");
         let b_fence = env
             .locker
@@ -526,7 +528,7 @@ async fn silenced_holder(fault: Silence) {
     // B goes straight to Redis (connected now: it could not connect to a frozen Redis).
     let b = env.second_locker().await;
     const TTL: u64 = 1_000;
-    let o = opts(TTL).renew(ms(100));
+    let o = opts(TTL).with_renew(ms(100));
     let styles = [Style::Body, Style::Lease];
     let mut in_time = 0;
     for (round, style) in styles.into_iter().enumerate() {
@@ -590,7 +592,8 @@ async fn silenced_holder(fault: Silence) {
         let waiter = {
             let (locker, name) = (b.clone(), name.clone());
             tokio::spawn(async move {
-                let lease = acquire_through(&locker, &name, &opts(5_000).wait(ms(5_000))).await;
+                let lease =
+                    acquire_through(&locker, &name, &opts(5_000).with_wait(ms(5_000))).await;
                 (Instant::now(), lease)
             })
         };
@@ -679,7 +682,7 @@ async fn silenced_holder(fault: Silence) {
             }
         }
         // The same locker works again, without a restart.
-        let lease = acquire_through(&a, &name, &opts(TTL).wait(ms(2_000)))
+        let lease = acquire_through(&a, &name, &opts(TTL).with_wait(ms(2_000)))
             .await
             .expect("A's locker works again");
         lease.release().await.unwrap();
@@ -745,7 +748,7 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
         // Another holder gets it once that grant is gone (expired or cleaned up).
         let b = env
             .locker
-            .acquire(&name, &opts(5_000).wait(ms(5_000)))
+            .acquire(&name, &opts(5_000).with_wait(ms(5_000)))
             .await
             .expect("B acquires");
         // The delayed grant counted once, B's acquire once more.
@@ -886,7 +889,7 @@ async fn s6_reset_during_release_never_deletes_another_holders_key() {
 async fn s7_restarted_redis_the_holder_learns_at_its_next_renewal() {
     let _serial = serial().await;
     let env = Env::start().await;
-    let o = opts(1_000).renew(ms(100));
+    let o = opts(1_000).with_renew(ms(100));
     let rounds = 3;
     let mut learned = 0;
     let mut fences = Vec::new();

@@ -123,7 +123,7 @@ async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
     let nodes = Arc::new(Nodes::start(3));
     let locker = nodes.locker(ms(200));
     let key = locker.key_of("hold");
-    let o = opts(1_000).renew(ms(100));
+    let o = opts(1_000).with_renew(ms(100));
     let (started_tx, started_rx) = oneshot::channel();
     let (killed_tx, killed_rx) = oneshot::channel::<()>();
     let run = {
@@ -172,7 +172,7 @@ async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
 async fn two_of_three_nodes_killed_while_held_the_lease_is_lost_and_the_body_cancelled() {
     let nodes = Nodes::start(3);
     let locker = nodes.locker(ms(200));
-    let o = opts(1_000).renew(ms(100));
+    let o = opts(1_000).with_renew(ms(100));
     let (started_tx, started_rx) = oneshot::channel();
     let finished = Arc::new(AtomicBool::new(false));
     let run = {
@@ -223,7 +223,7 @@ async fn an_unresponsive_minority_node_stalls_neither_renewal_nor_release() {
     }
     let locker = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(3_000));
     let key = locker.key_of("partitioned");
-    let o = opts(1_000).renew(ms(100));
+    let o = opts(1_000).with_renew(ms(100));
     let (started_tx, started_rx) = oneshot::channel();
     let (cut_tx, cut_rx) = oneshot::channel::<()>();
     let run = {
@@ -335,7 +335,7 @@ async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
     ];
     let start = Instant::now();
     let err = locker
-        .acquire("partial", &opts(10_000).wait(ms(500)))
+        .acquire("partial", &opts(10_000).with_wait(ms(500)))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
@@ -470,7 +470,7 @@ async fn exclusion_and_monotonic_fences_across_a_node_restart() {
     const TTL_MS: u64 = 2_000;
     let nodes = Arc::new(Nodes::start(3));
     let lockers = [nodes.locker(ms(500)), nodes.locker(ms(500))];
-    let o = opts(TTL_MS).wait(ms(20_000));
+    let o = opts(TTL_MS).with_wait(ms(20_000));
     let inside = Arc::new(AtomicBool::new(false));
     let overlaps = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
@@ -599,7 +599,7 @@ async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
         let locker = nodes.locker(ms(500));
         tokio::spawn(async move {
             let lease = locker
-                .acquire("handoff", &opts(10_000).wait(ms(8_000)))
+                .acquire("handoff", &opts(10_000).with_wait(ms(8_000)))
                 .await
                 .unwrap();
             let at = Instant::now();
@@ -643,7 +643,7 @@ async fn a_waiter_retries_while_a_majority_is_down() {
     let locker = nodes.locker(ms(200));
     let start = Instant::now();
     let err = locker
-        .acquire("outage", &opts(2_000).wait(ms(300)))
+        .acquire("outage", &opts(2_000).with_wait(ms(300)))
         .await
         .unwrap_err();
     assert!(matches!(err, LockError::QuorumUnavailable { .. }), "{err}");
@@ -657,7 +657,7 @@ async fn a_waiter_retries_while_a_majority_is_down() {
         let locker = locker.clone();
         tokio::spawn(async move {
             locker
-                .acquire("outage", &opts(2_000).wait(ms(10_000)))
+                .acquire("outage", &opts(2_000).with_wait(ms(10_000)))
                 .await
         })
     };

@@ -121,7 +121,7 @@ async fn worker(
     while Instant::now() < until {
         let ttl = rng.pick(&[200u64, 300, 500, 800]);
         let wait = rng.pick(&[0u64, 50, 300, 1_000]);
-        let o = LockOptions::new(ms(ttl)).wait(ms(wait));
+        let o = LockOptions::new(ms(ttl)).with_wait(ms(wait));
         // Mostly short; one in four long enough for a fault to land mid-body.
         let pause = if rng.below(4) == 0 {
             rng.ms(0, ttl / 2)
@@ -177,7 +177,7 @@ async fn worker(
             // A body that runs past max_exec.
             _ => {
                 let client = format!("t{id}.run");
-                let o = o.max_exec(ms(ttl / 4));
+                let o = o.with_max_exec(ms(ttl / 4));
                 let res = locker
                     .run(NAME, &o, async |lease| {
                         section(&store, &client, lease, ms(ttl / 2)).await

@@ -55,7 +55,7 @@ async fn rediss_urls_work_with_a_private_root_certificate() {
             locker
                 .acquire(
                     "tls",
-                    &LockOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(5)),
+                    &LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(5)),
                 )
                 .await
         })

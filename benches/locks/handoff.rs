@@ -153,7 +153,7 @@ fn enter(inside: &AtomicBool, overlaps: &AtomicU64) {
 
 async fn engine_handoff(url: &str, secs: Duration, pause: Pause) -> Handoff {
     let opts =
-        LockOptions::new(Duration::from_millis(HANDOFF_TTL_MS)).wait(Duration::from_secs(60));
+        LockOptions::new(Duration::from_millis(HANDOFF_TTL_MS)).with_wait(Duration::from_secs(60));
     // One Locker per worker: the workers stand for separate processes.
     let mut lockers = Vec::new();
     for _ in 0..WORKERS {

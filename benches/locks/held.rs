@@ -17,7 +17,7 @@ use crate::threads::ThreadClock;
 const HELD: usize = 10_000;
 const HELD_TTL: Duration = Duration::from_secs(3);
 const HELD_RENEW: Duration = Duration::from_secs(1);
-const HELD_OPTS: LockOptions = LockOptions::new(HELD_TTL).renew(HELD_RENEW);
+const HELD_OPTS: LockOptions = LockOptions::new(HELD_TTL).with_renew(HELD_RENEW);
 /// Concurrent acquire and release tasks for the 10,000 leases.
 const HELD_TASKS: usize = 50;
 /// How often the sampler reads every key's expiry. Below the shortest renewal interval

@@ -160,10 +160,10 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
         quote!(#private::LockOptions::new(#ttl))
     };
     let setters = [
-        ("max_exec", config.max_exec_ms),
-        ("renew", config.renew_ms),
-        ("wait", config.wait_ms),
-        ("min_hold", config.min_hold_ms),
+        ("with_max_exec", config.max_exec_ms),
+        ("with_renew", config.renew_ms),
+        ("with_wait", config.wait_ms),
+        ("with_min_hold", config.min_hold_ms),
     ];
     for (setter, value) in setters {
         if let Some(ms) = value {
@@ -246,7 +246,7 @@ mod tests {
             out.contains(":: std :: format ! (\"job:{}\" , id)"),
             "{out}"
         );
-        assert!(out.contains("LockOptions :: new (:: lock_runtime :: __private :: Duration :: from_millis (30000)) . wait ("), "{out}");
+        assert!(out.contains("LockOptions :: new (:: lock_runtime :: __private :: Duration :: from_millis (30000)) . with_wait ("), "{out}");
         assert!(out.contains("run :: < Result < () , E > , _ >"), "{out}");
         assert!(
             out.contains("let lease : & :: lock_runtime :: __private :: Lease = __lock_lease ;"),

@@ -99,7 +99,7 @@ pub(crate) async fn acquire(
     let keys = Keys::new(locker.key_of(&name));
     // One node and a wait: queue up, so that the lock goes to waiters in arrival order.
     let place = match locker.inner.nodes.as_slice() {
-        [node] if !opts.wait_for().is_zero() => Some(QueuePlace {
+        [node] if !opts.wait().is_zero() => Some(QueuePlace {
             node: Arc::clone(node),
             keys: keys.clone(),
             waiter: uuid::Uuid::new_v4().simple().to_string(),
@@ -109,7 +109,7 @@ pub(crate) async fn acquire(
     };
     let waiter = place.as_ref().map_or("", |p| p.waiter.as_str());
     let begun = Instant::now();
-    let wait_until = begun + opts.wait_for();
+    let wait_until = begun + opts.wait();
     let mut subscriptions: Option<Vec<(usize, Subscription)>> = None;
     let mut backoff = Duration::from_millis(10);
     let mut unavailable_backoff = Duration::from_millis(5);
@@ -124,7 +124,7 @@ pub(crate) async fn acquire(
             // Redlock: no majority this time (nodes down or slow, or one failed mid-attempt).
             // Within `wait`, try again after a short, growing, jittered pause; when the wait runs
             // out, this error is the answer. With `wait = 0` it is returned at once.
-            Err(e @ LockError::QuorumUnavailable { .. }) if !opts.wait_for().is_zero() => {
+            Err(e @ LockError::QuorumUnavailable { .. }) if !opts.wait().is_zero() => {
                 unavailable_backoff = (unavailable_backoff * 2).min(Duration::from_millis(200));
                 let retry_at = Instant::now() + unavailable_backoff + jitter(unavailable_backoff);
                 tokio::time::sleep_until(retry_at.min(wait_until)).await;
@@ -145,7 +145,7 @@ pub(crate) async fn acquire(
             name: name.clone().unwrap_or_default(),
             waited: begun.elapsed(),
         };
-        if opts.wait_for().is_zero() || now >= wait_until {
+        if opts.wait().is_zero() || now >= wait_until {
             break Err(busy());
         }
         if subscriptions.is_none() {
@@ -328,10 +328,10 @@ async fn attempt(
         token,
         fence: grant.fence,
         ttl,
-        renew: opts.renew_every(),
+        renew: opts.renew(),
         drift,
         started: sent,
-        min_hold: opts.min_hold_for(),
+        min_hold: opts.min_hold(),
         status,
         ended: AtomicBool::new(false),
         slot: std::sync::Mutex::new(None),

@@ -12,7 +12,7 @@ use crate::LockError;
 /// use lock_runtime::LockOptions;
 ///
 /// const OPTS: LockOptions = LockOptions::new(Duration::from_secs(30))
-///     .wait(Duration::from_secs(5));
+///     .with_wait(Duration::from_secs(5));
 /// assert!(OPTS.validate().is_ok());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,28 +45,28 @@ impl LockOptions {
 
     /// The body is cancelled when it has run this long.
     #[must_use]
-    pub const fn max_exec(mut self, max_exec: Duration) -> Self {
+    pub const fn with_max_exec(mut self, max_exec: Duration) -> Self {
         self.max_exec = Some(max_exec);
         self
     }
 
     /// The watchdog re-sets the key's expiry this often.
     #[must_use]
-    pub const fn renew(mut self, renew: Duration) -> Self {
+    pub const fn with_renew(mut self, renew: Duration) -> Self {
         self.renew = Some(renew);
         self
     }
 
     /// How long to wait for a busy lock; zero tries exactly once.
     #[must_use]
-    pub const fn wait(mut self, wait: Duration) -> Self {
+    pub const fn with_wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
     }
 
     /// Keep the key at least this long after the start, even when the body ends earlier.
     #[must_use]
-    pub const fn min_hold(mut self, min_hold: Duration) -> Self {
+    pub const fn with_min_hold(mut self, min_hold: Duration) -> Self {
         self.min_hold = min_hold;
         self
     }
@@ -77,7 +77,7 @@ impl LockOptions {
     }
 
     /// The body's time limit (default: `ttl - drift`).
-    pub const fn max_exec_or_default(&self) -> Duration {
+    pub const fn max_exec(&self) -> Duration {
         match self.max_exec {
             Some(d) => d,
             None => self.ttl.saturating_sub(drift(self.ttl)),
@@ -85,21 +85,27 @@ impl LockOptions {
     }
 
     /// The renewal period (default: `ttl / 3`).
-    pub const fn renew_every(&self) -> Duration {
+    pub const fn renew(&self) -> Duration {
         match self.renew {
             Some(d) => d,
             None => Duration::from_millis(self.ttl.as_millis() as u64 / 3),
         }
     }
 
-    /// How long to wait for a busy lock.
-    pub const fn wait_for(&self) -> Duration {
+    /// How long to wait for a busy lock (zero: try once).
+    pub const fn wait(&self) -> Duration {
         self.wait
     }
 
     /// The minimum time the key is kept from the start.
-    pub const fn min_hold_for(&self) -> Duration {
+    pub const fn min_hold(&self) -> Duration {
         self.min_hold
+    }
+
+    /// The clock drift allowed for this lease: `ttl/100 + 2ms`. A lease is valid until
+    /// `ttl - drift` after its last confirmed renewal was sent.
+    pub const fn drift(&self) -> Duration {
+        drift(self.ttl)
     }
 
     /// Checks the rules of the attribute's table; the error says which rule failed.
@@ -116,7 +122,7 @@ impl LockOptions {
             ));
         }
         let limit = ttl.saturating_sub(drift(ttl));
-        let max_exec = self.max_exec_or_default();
+        let max_exec = self.max_exec();
         if max_exec.is_zero() || max_exec > limit {
             return Err(LockError::config(
                 name,
@@ -126,7 +132,7 @@ impl LockOptions {
                 ),
             ));
         }
-        let renew = self.renew_every();
+        let renew = self.renew();
         if renew.is_zero() || renew > ttl / 2 {
             return Err(LockError::config(
                 name,

@@ -25,7 +25,7 @@ pub(crate) async fn run_body<T, F>(
 where
     F: AsyncFnOnce(&Lease) -> T,
 {
-    let max_exec = opts.max_exec_or_default();
+    let max_exec = opts.max_exec();
     let outcome = {
         let deadline = Instant::now() + max_exec;
         let mut status = lease.status();
