@@ -719,22 +719,18 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let env = Env::start().await;
     let key = env.key("phantom");
     let mut raw = env.raw.clone();
-    // A waiter that queued and then vanished (crashed without leaving the queue).
-    let (now_us, now_ms): (i64, i64) = {
-        let t: (String, String) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
-        let us = t.0.parse::<i64>().unwrap() * 1_000_000 + t.1.parse::<i64>().unwrap();
-        (us, us / 1000)
-    };
+    // A waiter that queued and then vanished (crashed without leaving the queue): first in
+    // line, with a last attempt's nonce and a grace of 300 ms that it will never renew.
     let _: () = redis::pipe()
         .cmd("ZADD")
         .arg(format!("{key}:waiters"))
-        .arg(now_us - 1_000)
+        .arg(1)
         .arg("ghost")
         .ignore()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters:until"))
-        .arg(now_ms + 300)
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
         .arg("ghost")
+        .arg("nonce 300")
         .ignore()
         .query_async(&mut raw)
         .await

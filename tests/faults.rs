@@ -297,7 +297,7 @@ async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
             .expect("waiter finishes")
             .unwrap();
         let lease = lease.expect("the waiter takes the lock over");
-        assert_eq!(lease.fence(), a_fence + 1, "round {round}");
+        assert!(lease.fence() > a_fence, "round {round}: fences grow");
         assert!(
             acquired_at + ms(1) >= expires_no_earlier,
             "round {round}: taken over {:?} before the key's expiry",
@@ -751,8 +751,8 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
             .acquire(&name, &opts(5_000).with_wait(ms(5_000)))
             .await
             .expect("B acquires");
-        // The delayed grant counted once, B's acquire once more.
-        assert_eq!(b.fence(), granted_fence + 1);
+        // The delayed grant took a fence, and B's acquire one above it.
+        assert!(b.fence() > granted_fence);
         // A's late cleanup never removes B's key: one more round trip through A's connection,
         // after everything A sent before, then B's key is checked.
         proxy.pass();

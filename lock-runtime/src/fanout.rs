@@ -66,3 +66,23 @@ where
     }
     out
 }
+
+/// Runs every future at once, polled in place; returns when all are done.
+pub(crate) async fn join_all<F: Future<Output = ()>>(futures: Vec<F>) {
+    let mut pending: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    std::future::poll_fn(|cx| {
+        let mut left = false;
+        for slot in &mut pending {
+            if let Some(fut) = slot {
+                if fut.as_mut().poll(cx).is_ready() {
+                    *slot = None;
+                } else {
+                    left = true;
+                }
+            }
+        }
+        if left { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+}

@@ -47,11 +47,19 @@ impl LeaseShared {
         }
     }
 
-    /// Records a renewal whose request was sent at `sent`.
+    /// Records a renewal whose request was sent at `sent`. Loss is final: a confirmation that
+    /// arrives after the lease's validity ran out does not revive it (someone else may have
+    /// taken the key in between); the lease is then marked lost.
     pub(crate) fn confirm(&self, sent: Instant) {
         let until = sent + self.ttl - self.drift;
+        let now = Instant::now();
         self.status.send_if_modified(|s| {
-            if s.lost.is_none() && until > s.valid_until {
+            if s.lost.is_some() {
+                false
+            } else if now >= s.valid_until {
+                s.lost = Some(LostReason::ValidityExpired);
+                true
+            } else if until > s.valid_until {
                 s.valid_until = until;
                 true
             } else {
@@ -89,9 +97,13 @@ impl LeaseShared {
 
 /// A held lock. Renewed in the background until [`Lease::release`] or drop; dropping it
 /// releases the key in the background (on the current tokio runtime).
+///
+/// A lease taken by a nested call on a name its task already holds (see [`Locker::run`]) is the
+/// outer lease seen again: releasing or dropping it does nothing, the outer call releases.
 pub struct Lease {
     pub(crate) shared: Arc<LeaseShared>,
     pub(crate) locker: Locker,
+    /// Released already, or nested (someone else releases).
     pub(crate) released: bool,
 }
 
@@ -160,8 +172,14 @@ impl Lease {
     /// Releases the lock now: deletes the key if it still holds this lease's token (or shortens it
     /// to what is left of `min_hold`) and wakes waiters. `Lost` if the key was no longer ours.
     pub async fn release(mut self) -> Result<(), LockError> {
+        if self.released {
+            return Ok(());
+        }
+        // Marked only once done: if this future is dropped mid-way, the lease's drop releases
+        // in the background (compare-and-delete twice is harmless).
+        let out = release(&self.locker, &self.shared).await;
         self.released = true;
-        release(&self.locker, &self.shared).await
+        out
     }
 }
 

@@ -28,6 +28,8 @@
 mod acquire;
 mod error;
 mod fanout;
+mod held;
+mod keys;
 mod lease;
 mod locker;
 mod node;
@@ -64,7 +66,9 @@ pub use lease::Lease;
 /// ```
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
-pub use locker::{Locker, LockerBuilder, default_locker, set_default_locker};
+pub use locker::{
+    DEFAULT_FENCE_RETENTION, Locker, LockerBuilder, default_locker, set_default_locker,
+};
 pub use options::{LockOptions, drift};
 pub use output::LockOutput;
 

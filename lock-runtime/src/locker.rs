@@ -3,9 +3,14 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::acquire::StaleHeads;
+use crate::keys::check_name;
 use crate::node::{Node, Settings};
 use crate::watchdog::Watchdog;
 use crate::{Lease, LockError, LockOptions};
+
+/// How long an unused fence counter is kept by default: 7 days.
+pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Takes, renews and releases locks on one Redis node, or on N independent nodes (Redlock).
 /// Cheap to clone: clones share connections and the renewal watchdog.
@@ -18,6 +23,9 @@ pub(crate) struct Inner {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) prefix: String,
     pub(crate) watchdog: Watchdog,
+    pub(crate) stale_heads: StaleHeads,
+    /// 0: fence counters are kept forever.
+    pub(crate) fence_retention_ms: u64,
 }
 
 impl std::fmt::Debug for Locker {
@@ -49,6 +57,7 @@ pub struct LockerBuilder {
     prefix: String,
     settings: Settings,
     tls_root_cert: Option<Vec<u8>>,
+    fence_retention: Option<Duration>,
 }
 
 impl Default for LockerBuilder {
@@ -61,6 +70,7 @@ impl Default for LockerBuilder {
                 response_timeout: Duration::from_secs(1),
             },
             tls_root_cert: None,
+            fence_retention: Some(DEFAULT_FENCE_RETENTION),
         }
     }
 }
@@ -114,6 +124,19 @@ impl LockerBuilder {
         self
     }
 
+    /// How long a lock name's fence counter is kept after its last acquisition (default 7 days;
+    /// `None` keeps counters forever). Each name ever locked costs one small key (about 80
+    /// bytes) while its counter is kept. An expired counter costs nothing in safety: the next
+    /// fence starts from the server's clock in µs, above every fence handed out before, as long
+    /// as that clock has not gone back by more than the time since. Shorter retention bounds
+    /// memory for names rendered from arguments; `None` keeps fences independent of the clock
+    /// after long idle periods.
+    #[must_use]
+    pub fn fence_retention(mut self, retention: Option<Duration>) -> Self {
+        self.fence_retention = retention;
+        self
+    }
+
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
         if self.urls.is_empty() {
@@ -132,6 +155,10 @@ impl LockerBuilder {
                 nodes,
                 prefix: self.prefix,
                 watchdog: Watchdog::default(),
+                stale_heads: StaleHeads::default(),
+                fence_retention_ms: self
+                    .fence_retention
+                    .map_or(0, |d| (d.as_millis() as u64).max(1)),
             }),
         })
     }
@@ -189,6 +216,10 @@ impl Locker {
         self.inner.nodes.len() / 2 + 1
     }
 
+    pub(crate) fn fence_retention_ms(&self) -> u64 {
+        self.inner.fence_retention_ms
+    }
+
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix
@@ -231,13 +262,30 @@ impl Locker {
     /// Waiting is woken by the holder's release message. On one node waiters are served in
     /// arrival order: they queue in `<key>:waiters`, a free lock goes to the first of them, and a
     /// waiter that stops coming back loses its place 300 ms after its last attempt.
+    ///
+    /// Inside a [`run`](Self::run) body (or a `#[distributed_lock]` function) that holds `name`
+    /// through this locker, the lease already held is returned at once; releasing or dropping
+    /// that one does nothing, the outer call releases.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
         opts.validate_for(name)?;
+        check_name(name)?;
+        if let Some(held) = crate::held::find(self, &self.key_of(name)) {
+            return Ok(Lease {
+                shared: held,
+                locker: self.clone(),
+                released: true,
+            });
+        }
         crate::acquire::acquire(self, name.to_owned(), opts).await
     }
 
     /// Runs `body` under the lock `name`: acquire, renew, cancel the body at `max_exec` or when
     /// the lock is lost, and release on every path (panics are resumed after the release).
+    ///
+    /// Reentrant within a task: a nested `run` (or locked function) on a name the current task
+    /// already holds through this locker runs at once under the held lease, bounded by its own
+    /// `max_exec`, and leaves the release to the outer call. Another task, even one spawned by
+    /// the holder, is another holder and waits.
     ///
     /// ```no_run
     /// # async fn demo(locker: lock_runtime::Locker) -> Result<(), lock_runtime::LockError> {
@@ -264,8 +312,18 @@ impl Locker {
         F: AsyncFnOnce(&Lease) -> T,
     {
         opts.validate_for(&name)?;
+        check_name(&name)?;
+        if let Some(held) = crate::held::find(self, &self.key_of(&name)) {
+            let nested = Lease {
+                shared: held,
+                locker: self.clone(),
+                released: true,
+            };
+            return crate::run::run_body(nested, opts, body).await;
+        }
         let lease = crate::acquire::acquire(self, name, opts).await?;
-        crate::run::run_body(lease, opts, body).await
+        let shared = Arc::clone(&lease.shared);
+        crate::held::holding(self, shared, crate::run::run_body(lease, opts, body)).await
     }
 }
 

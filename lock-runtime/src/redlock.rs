@@ -5,10 +5,15 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use crate::acquire::{Attempt, Keys};
+use crate::acquire::Attempt;
 use crate::fanout::on_all_nodes;
+use crate::keys::Keys;
 use crate::lease::LeaseShared;
-use crate::node::{AcquireReply, Node};
+use crate::node::{AcquireReply, AcquireRequest, Node};
+
+/// Fence floor granularity on a Redlock node: the server's clock rounded down to the second, so
+/// that the nodes of a majority hand out the same fence and need no second round trip to agree.
+const REDLOCK_FENCE_QUANTUM_US: u64 = 1_000_000;
 use crate::{LockError, Locker};
 
 /// Acquire requests still out when an attempt was decided: `(node index, reply)`.
@@ -40,12 +45,24 @@ pub(crate) async fn redlock_attempt(
     // A small fraction of the ttl, so that slow nodes cannot eat the validity window.
     let per_node = (validity / 10).max(Duration::from_millis(2));
     let mut set = JoinSet::new();
+    let retention_ms = locker.fence_retention_ms();
     for (i, node) in nodes.iter().enumerate() {
         let node = Arc::clone(node);
         let (keys, token) = (keys.clone(), token.to_owned());
         let limit = node.response_timeout().min(per_node);
-        // No waiter queue on Redlock: nodes could disagree on who is first.
-        set.spawn(async move { (i, node.acquire(&keys, &token, ttl_ms, "", limit).await) });
+        set.spawn(async move {
+            let request = AcquireRequest {
+                token: &token,
+                ttl_ms,
+                // No waiter queue on Redlock: nodes could disagree on who is first.
+                waiter: None,
+                evict: None,
+                fence_quantum: REDLOCK_FENCE_QUANTUM_US,
+                fence_retention_ms: retention_ms,
+                limit,
+            };
+            (i, node.acquire(&keys, &request).await)
+        });
     }
     let mut granted: Vec<(usize, u64)> = Vec::new();
     let mut busy_pttl: Option<Option<Duration>> = None;
@@ -59,6 +76,8 @@ pub(crate) async fn redlock_attempt(
         let Ok((i, reply)) = joined else { continue };
         match reply {
             Ok(AcquireReply::Taken { fence }) => granted.push((i, fence)),
+            // Not sent on Redlock (no queue); counted as busy all the same.
+            Ok(AcquireReply::NotOurTurn { .. }) => busy_nodes.push(i),
             Ok(AcquireReply::Busy { pttl }) => {
                 busy_nodes.push(i);
                 busy_pttl = Some(match busy_pttl {
@@ -138,9 +157,13 @@ pub(crate) async fn raise_fences(
         .iter()
         .map(|&(i, _)| Arc::clone(&locker.inner.nodes[i]))
         .collect();
+    let retention_ms = locker.fence_retention_ms();
     let results = on_all_nodes(&nodes, |node| {
         let fence_key = fence_key.to_owned();
-        async move { node.raise_fence(&fence_key, fence, limit).await }
+        async move {
+            node.raise_fence(&fence_key, fence, retention_ms, limit)
+                .await
+        }
     })
     .await;
     nodes

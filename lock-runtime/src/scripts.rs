@@ -1,79 +1,94 @@
-//! The Lua scripts. Each is loaded once per connection and then sent as EVALSHA
-//! (`redis::Script` falls back to loading it on NOSCRIPT, e.g. after a server restart).
+//! The Lua scripts. Each is sent as EVALSHA; on NOSCRIPT (a new or restarted server) the node
+//! loads it once and sends it again (see `Node::eval`).
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-/// KEYS: lock, fence, waiter queue, waiter deadlines. ARGV: token, ttl ms, waiter id (empty: not
-/// queuing), waiter grace ms.
-/// Returns `{1, fence}` when taken, `{0, pttl}` when busy, `{-1, type}` when the key holds another
-/// type, `{-2, error}` when the fence counter is not a counter (the lock key is then removed again).
+/// KEYS: lock, fence, waiter queue, waiter states.
+/// ARGV: 1 value (the token), 2 ttl ms, 3 waiter id (empty: not queuing), 4 waiter grace ms,
+/// 5 stale head to evict (empty: none), 6 the state that head was seen with, 7 fence quantum µs
+/// (1: one server; 1000000: a Redlock node), 8 fence counter retention ms (0: forever), 9 this
+/// attempt's nonce.
 ///
-/// Waiters queue in arrival order and the lock goes to the head of the queue: a free lock is busy
-/// for everyone else while someone older waits. A waiter that stops coming back (crashed, or
-/// cancelled without cleaning up) drops out `grace` after its last attempt. When the lock is free
-/// but not ours, the busy reply carries how long until the head's place runs out.
+/// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
+/// the lock is free but another waiter is first in line; `{-1, type}` when the key holds another
+/// type, `{-2, error}` when the fence counter is not a counter (the lock key is removed again).
 ///
-/// A missing fence counter (first use, or a server restarted without persistence) starts at the
-/// server's clock in microseconds, not at 0: fewer than one acquisition per microsecond ever
-/// happens, so the fence keeps growing across such a restart as long as the clock does not go back.
+/// Waiters queue in arrival order (a sorted set scored by arrival number) and a free lock goes
+/// to the head of the queue. A waiter's state in the hash is `"<nonce> <grace ms>"`, re-written
+/// at every attempt. No server clock decides who is alive: a caller that saw the same head with
+/// the same state for longer than that head's grace (measured on its own monotonic clock) sends
+/// it back here to be evicted, and it is evicted only if its state has not changed since. The
+/// queue's keys also expire 4 graces after the last waiter's attempt, for when everyone left.
+///
+/// Fences: `max(counter + 1, floor)`, with `floor` the server's clock in µs. A fence never
+/// exceeds the clock at the moment it is handed out (fewer than one acquisition per µs), so even
+/// a counter that came back older (a restart from an older snapshot, AOF `everysec` after a
+/// crash, a promoted replica) resumes above every fence handed out before, as long as the clock
+/// does not go back. On a Redlock node (quantum 1 s) the floor is the clock rounded down to the
+/// second, so that the nodes of a majority agree (and no second round trip raises them), except in
+/// the second of a restart or save (`LASTSAVE`), where the exact clock is used.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local waiter, grace = ARGV[3], tonumber(ARGV[4])
-local now_us, now, first
+local first
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  local t = redis.call('TIME')
-  now_us = t[1] * 1000000 + t[2]
-  now = math.floor(now_us / 1000)
-  local stale = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now)
-  for _, gone in ipairs(stale) do
-    redis.call('ZREM', KEYS[3], gone)
-    redis.call('ZREM', KEYS[4], gone)
+  if ARGV[5] ~= '' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[6] then
+    redis.call('ZREM', KEYS[3], ARGV[5])
+    redis.call('HDEL', KEYS[4], ARGV[5])
   end
-  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  while true do
+    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if not first or redis.call('HEXISTS', KEYS[4], first) == 1 then break end
+    redis.call('ZREM', KEYS[3], first)
+  end
   if first == waiter then first = nil end
 end
 if not first then
   if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local fence = redis.pcall('INCR', KEYS[2])
-    if type(fence) == 'table' and fence.err then
+    local last = redis.pcall('GET', KEYS[2])
+    if type(last) == 'table' or (last and not tonumber(last)) then
       redis.call('DEL', KEYS[1])
-      return {-2, fence.err}
+      return {-2, type(last) == 'table' and last.err or last}
     end
-    if fence == 1 then
-      -- The counter was missing (a counter that started from the clock never comes back to 1).
-      local t = redis.call('TIME')
-      fence = t[1] * 1000000 + t[2]
+    last = tonumber(last) or 0
+    local t = redis.call('TIME')
+    local s = tonumber(t[1])
+    local now = s * 1000000 + tonumber(t[2])
+    local quantum = tonumber(ARGV[7])
+    if quantum > 1 and redis.call('LASTSAVE') < s then now = now - now % quantum end
+    local fence = math.max(last + 1, now)
+    if ARGV[8] ~= '0' then
+      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[8])
+    else
       redis.call('SET', KEYS[2], string.format('%d', fence))
     end
     if waiter ~= '' then
       redis.call('ZREM', KEYS[3], waiter)
-      redis.call('ZREM', KEYS[4], waiter)
+      redis.call('HDEL', KEYS[4], waiter)
     end
     return {1, fence}
   end
   local kind = redis.call('TYPE', KEYS[1]).ok
   if kind ~= 'string' then return {-1, kind} end
 end
--- Busy, or free but someone queued first: take (or keep) a place in the queue.
 if waiter ~= '' then
-  if not now_us then
-    local t = redis.call('TIME')
-    now_us = t[1] * 1000000 + t[2]
-    now = math.floor(now_us / 1000)
+  if not redis.call('ZSCORE', KEYS[3], waiter) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, waiter)
   end
-  -- Arrival order by the microsecond, so that ties (broken by name) practically never happen.
-  redis.call('ZADD', KEYS[3], 'NX', now_us, waiter)
-  redis.call('ZADD', KEYS[4], now + grace, waiter)
-  redis.call('PEXPIRE', KEYS[3], 2 * grace)
-  redis.call('PEXPIRE', KEYS[4], 2 * grace)
+  redis.call('HSET', KEYS[4], waiter, ARGV[9] .. ' ' .. ARGV[4])
+  local keep = 4 * grace
+  if redis.call('PTTL', KEYS[3]) < keep then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 and first then
-  -- Free, but not our turn: retry when the first waiter's place runs out, or on a release.
-  pttl = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], first) or now) - now)
+  return {2, first, redis.call('HGET', KEYS[4], first)}
 end
 return {0, pttl}
 ",
@@ -102,12 +117,15 @@ return out
 
 /// KEYS: lock. ARGV: token, ms to keep the key (0: delete it), release channel.
 /// Returns 1 when the key was ours, 0 when it was not (it is then left untouched).
+///
+/// Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
+/// released lease still on its way cannot stretch it back to the full ttl.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if tonumber(ARGV[2]) > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 else
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], ARGV[1])
@@ -117,13 +135,20 @@ return 1
     )
 });
 
-/// KEYS: fence. ARGV: a fence value. Raises the counter to the value if it is lower (Redlock).
+/// KEYS: fence. ARGV: a fence value, retention ms (0: forever). Raises the counter to the value
+/// if it is lower (Redlock).
 pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local wanted = tonumber(ARGV[1])
-if current < wanted then redis.call('SET', KEYS[1], ARGV[1]) end
+if current < wanted then
+  if ARGV[2] ~= '0' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  else
+    redis.call('SET', KEYS[1], ARGV[1])
+  end
+end
 return 1
 ",
     )

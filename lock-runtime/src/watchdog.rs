@@ -187,60 +187,77 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<In
     }
 }
 
+/// Renews one batch: every chunk of the round goes out at once (they pipeline on each node's
+/// connection), so chunk k is not confirmed k round trips late, and each chunk is decided as
+/// soon as its replies are in.
 async fn renew_round(
     shared: Arc<Shared>,
     nodes: Vec<Arc<Node>>,
     quorum: usize,
     batch: Vec<Arc<LeaseShared>>,
 ) {
-    for chunk in batch.chunks(CHUNK) {
-        let sent = Instant::now();
-        let chunk: Arc<Vec<Arc<LeaseShared>>> = Arc::new(chunk.to_vec());
-        let replies = if let [node] = nodes.as_slice() {
-            vec![Some(
-                renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await,
-            )]
-        } else {
-            // Decide each lease as soon as a majority confirmed or denied it: a node that stopped
-            // answering must not hold the round until its response timeout, which may be longer
-            // than what is left of the leases' validity.
-            on_nodes_until(
-                &nodes,
-                |node| renew_chunk(node, Arc::clone(&chunk)),
-                |replies| {
-                    (0..chunk.len()).all(|i| {
-                        let (ours, not_ours) = tally(replies, i);
-                        chunk[i].is_ended() || ours >= quorum || not_ours > nodes.len() - quorum
-                    })
-                },
-            )
-            .await
-        };
-        let mut s = shared.schedule.lock().expect("watchdog lock");
-        s.in_flight -= chunk.len();
-        let now = Instant::now();
-        for (i, lease) in chunk.iter().enumerate() {
-            if lease.is_ended() {
-                continue;
-            }
-            let (ours, not_ours) = tally(&replies, i);
-            if ours >= quorum {
-                lease.confirm(sent);
-                s.insert(sent + lease.renew, Arc::clone(lease));
-            } else if not_ours > nodes.len() - quorum {
-                lease.mark_lost(LostReason::NotOwner);
-            } else if now >= lease.status.borrow().valid_until {
-                lease.mark_lost(LostReason::ValidityExpired);
-            } else {
-                // No majority answered: try again soon, while the lease is still valid.
-                let retry =
-                    (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
-                s.insert(now + retry, Arc::clone(lease));
-            }
+    let chunks: Vec<Arc<Vec<Arc<LeaseShared>>>> = batch
+        .chunks(CHUNK)
+        .map(|chunk| Arc::new(chunk.to_vec()))
+        .collect();
+    let rounds = chunks.into_iter().map(|chunk| {
+        let (shared, nodes) = (Arc::clone(&shared), nodes.clone());
+        async move { renew_chunk_everywhere(&shared, &nodes, quorum, chunk).await }
+    });
+    crate::fanout::join_all(rounds.collect()).await;
+}
+
+async fn renew_chunk_everywhere(
+    shared: &Shared,
+    nodes: &[Arc<Node>],
+    quorum: usize,
+    chunk: Arc<Vec<Arc<LeaseShared>>>,
+) {
+    let sent = Instant::now();
+    let replies = if let [node] = nodes {
+        vec![Some(
+            renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await,
+        )]
+    } else {
+        // Decide each lease as soon as a majority confirmed or denied it: a node that stopped
+        // answering must not hold the round until its response timeout, which may be longer
+        // than what is left of the leases' validity.
+        on_nodes_until(
+            nodes,
+            |node| renew_chunk(node, Arc::clone(&chunk)),
+            |replies| {
+                (0..chunk.len()).all(|i| {
+                    let (ours, not_ours) = tally(replies, i);
+                    chunk[i].is_ended() || ours >= quorum || not_ours > nodes.len() - quorum
+                })
+            },
+        )
+        .await
+    };
+    let mut s = shared.schedule.lock().expect("watchdog lock");
+    s.in_flight -= chunk.len();
+    let now = Instant::now();
+    for (i, lease) in chunk.iter().enumerate() {
+        if lease.is_ended() {
+            continue;
         }
-        drop(s);
-        shared.wake.notify_one();
+        let (ours, not_ours) = tally(&replies, i);
+        if ours >= quorum {
+            lease.confirm(sent);
+            s.insert(sent + lease.renew, Arc::clone(lease));
+        } else if not_ours > nodes.len() - quorum {
+            lease.mark_lost(LostReason::NotOwner);
+        } else if now >= lease.status.borrow().valid_until {
+            lease.mark_lost(LostReason::ValidityExpired);
+        } else {
+            // No majority answered: try again soon, while the lease is still valid.
+            let retry =
+                (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+            s.insert(now + retry, Arc::clone(lease));
+        }
     }
+    drop(s);
+    shared.wake.notify_one();
 }
 
 /// How many nodes renewed lease `i` of a chunk, and how many said it is no longer ours.
@@ -260,9 +277,15 @@ async fn renew_chunk(
     node: Arc<Node>,
     chunk: Arc<Vec<Arc<LeaseShared>>>,
 ) -> redis::RedisResult<Vec<bool>> {
+    // A lease released since the round began is left out (its key may be kept for min_hold;
+    // the release script also changes such a key's value, so a renewal already on its way
+    // cannot stretch it either).
     let items: Vec<(&str, &str, u64)> = chunk
         .iter()
-        .map(|l| (l.key.as_str(), l.token.as_str(), l.ttl.as_millis() as u64))
+        .map(|l| {
+            let token = if l.is_ended() { "" } else { l.token.as_str() };
+            (l.key.as_str(), token, l.ttl.as_millis() as u64)
+        })
         .collect();
     let out = node.renew(&items).await;
     if let Err(e) = &out {

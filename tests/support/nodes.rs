@@ -54,6 +54,19 @@ impl Nodes {
             .unwrap_or_else(|e| panic!("node {i} ({}): {e}", self.addr(i)))
     }
 
+    /// How many EVALSHA calls node `i` ran since its stats were last reset.
+    pub async fn evalsha_calls(&self, i: usize) -> u64 {
+        let info: String = self.query(i, redis::cmd("INFO").arg("commandstats")).await;
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    pub async fn reset_stats(&self, i: usize) {
+        let _: () = self.query(i, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+    }
+
     pub async fn get(&self, i: usize, key: &str) -> Option<String> {
         self.query(i, redis::cmd("GET").arg(key)).await
     }

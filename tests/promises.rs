@@ -1,0 +1,444 @@
+//! Regression tests for promises of the README that a review found broken (issue 9), one test
+//! per defect, each against real redis-server processes. Each test also shows that the fault it
+//! guards against really happened (a snapshot was loaded, a request was in flight, ...).
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_runtime::{LockError, LockOptions, Locker, LostReason};
+use support::{Env, eventually, ms, opts, raw_connection};
+use tokio::time::{Instant, sleep, timeout};
+
+async fn query<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
+    let mut raw = raw_connection(url).await;
+    cmd.query_async(&mut raw).await.unwrap()
+}
+
+/// How many times `command` ran on the server at `url` (INFO commandstats).
+async fn calls(url: &str, command: &str) -> u64 {
+    let info: String = query(url, redis::cmd("INFO").arg("commandstats")).await;
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+async fn pubsub_channels(url: &str) -> Vec<String> {
+    let mut channels: Vec<String> = query(url, redis::cmd("PUBSUB").arg("CHANNELS")).await;
+    channels.sort();
+    channels
+}
+
+/// A locker that reaches `server` through a fault proxy, with its scripts already loaded (so
+/// that a delay set later costs one round trip per call, not three).
+async fn proxied(server: &RedisServer) -> (FaultProxy, Locker) {
+    let proxy = FaultProxy::start(server.addr()).await;
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .response_timeout(ms(5_000))
+        .connect()
+        .await
+        .unwrap();
+    warm_up(&locker).await;
+    (proxy, locker)
+}
+
+/// Loads the acquire, renew and release scripts and opens the pub/sub connection: one lease
+/// renewed once, then handed to a waiter.
+async fn warm_up(locker: &Locker) {
+    let lease = locker
+        .acquire("warm-up", &opts(60).with_renew(ms(10)))
+        .await
+        .unwrap();
+    let first = lease.deadline();
+    while lease.deadline() == first {
+        sleep(ms(2)).await;
+    }
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            locker
+                .acquire("warm-up", &opts(1_000).with_wait(ms(5_000)))
+                .await
+        })
+    };
+    sleep(ms(20)).await;
+    lease.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+}
+
+// Defect 1: fences went backwards after a restart that loaded an older snapshot.
+#[tokio::test]
+async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let o = opts(5_000);
+    let mut fences = Vec::new();
+    for round in 0..2 {
+        for _ in 0..3 {
+            let lease = locker.acquire("snapshot", &o).await.unwrap();
+            fences.push(lease.fence());
+            lease.release().await.unwrap();
+        }
+        if round == 0 {
+            let _: () = query(&server.url(), &redis::cmd("SAVE")).await;
+        }
+    }
+    server.kill();
+    server.restart();
+    // The fault happened: the server came back with the counter as it was at the SAVE.
+    let counter: u64 = query(
+        &server.url(),
+        redis::cmd("GET").arg(format!("{}:fence", locker.key_of("snapshot"))),
+    )
+    .await;
+    assert_eq!(counter, fences[2], "the older snapshot was loaded");
+    let until = Instant::now() + ms(5_000);
+    for _ in 0..3 {
+        let lease = loop {
+            match locker.acquire("snapshot", &o).await {
+                Err(LockError::Redis { .. }) if Instant::now() < until => sleep(ms(10)).await,
+                other => break other.unwrap(),
+            }
+        };
+        fences.push(lease.fence());
+        lease.release().await.unwrap();
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase across the restart: {fences:?}"
+    );
+}
+
+// Defect 2: an acquire whose future was dropped left its key for the whole ttl.
+#[tokio::test]
+async fn an_acquire_dropped_in_flight_is_undone_within_a_round_trip() {
+    let server = RedisServer::start();
+    let (proxy, slow) = proxied(&server).await;
+    let direct = Locker::connect(&server.url()).await.unwrap();
+    let key = direct.key_of("dropped");
+    let o = opts(10_000);
+    proxy.delay(ms(100));
+    // Dropped after the request reached the server (100 ms) and before its reply (200 ms).
+    let gave_up = timeout(ms(150), slow.acquire("dropped", &o)).await;
+    assert!(gave_up.is_err(), "the acquire should still have been out");
+    // The fault is real: the server granted the lock to the caller that gave up.
+    let value: Option<String> = query(&server.url(), redis::cmd("GET").arg(&key)).await;
+    assert!(value.is_some(), "the dropped acquire set the key");
+    let start = Instant::now();
+    let lease = direct
+        .acquire("dropped", &o.with_wait(ms(5_000)))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited < ms(1_000),
+        "the next waiter got the lock after {waited:?}, not within about one round trip (200 ms)"
+    );
+    lease.release().await.unwrap();
+}
+
+// Defect 3: waiters cancelled while their SUBSCRIBE was in flight left subscriptions behind,
+// and reconnects re-added them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
+    let server = RedisServer::start();
+    let (proxy, slow) = proxied(&server).await;
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("sub-{i}")).collect();
+    let mut held = Vec::new();
+    for name in &names {
+        held.push(holder.acquire(name, &opts(20_000)).await.unwrap());
+    }
+    proxy.delay(ms(20));
+    // One live waiter, whose channel must stay.
+    let live = {
+        let slow = slow.clone();
+        tokio::spawn(async move {
+            slow.acquire("sub-live", &opts(1_000).with_wait(ms(20_000)))
+                .await
+        })
+    };
+    let _live_holder = holder.acquire("sub-live", &opts(20_000)).await;
+    // Waiters dropped at points spread over their first attempt (about 80 ms here, 40 waiters
+    // at once) and their SUBSCRIBE (40 ms more), many of them while the SUBSCRIBE is out.
+    let mut tasks = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let (slow, name) = (slow.clone(), name.clone());
+        let cut = ms(60 + (i as u64 * 3) % 90);
+        tasks.push(tokio::spawn(async move {
+            let o = opts(1_000).with_wait(ms(10_000));
+            timeout(cut, slow.acquire(&name, &o)).await.is_err()
+        }));
+    }
+    for t in tasks {
+        assert!(
+            t.await.unwrap(),
+            "every waiter was still waiting when dropped"
+        );
+    }
+    let live_channel = format!("{}:released", slow.key_of("sub-live"));
+    eventually(
+        ms(3_000),
+        "only the live waiter's channel is left",
+        || async { pubsub_channels(&server.url()).await == [live_channel.clone()] },
+    )
+    .await;
+    // The fault is real: cancelled waiters' SUBSCRIBEs reached the server (and
+    // were undone).
+    let subscribes = calls(&server.url(), "subscribe").await;
+    assert!(
+        subscribes >= 10,
+        "only {subscribes} SUBSCRIBEs reached the server"
+    );
+    // A reconnect must not bring any of them back, nor lose the live one.
+    proxy.reset_all();
+    sleep(ms(500)).await;
+    let until = Instant::now() + ms(3_000);
+    loop {
+        let now = pubsub_channels(&server.url()).await;
+        if now == [live_channel.clone()] {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "after the reconnect the server has {now:?}, not only {live_channel}; connections {}, live waiter finished: {}",
+            proxy.connection_count(),
+            live.is_finished()
+        );
+        sleep(ms(5)).await;
+    }
+    drop(held);
+    live.abort();
+}
+
+// Defect 4: renewing thousands of leases over a slow link lost leases, because the chunks of one
+// round went out one after another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_leases_over_a_slow_link_are_all_renewed() {
+    let server = RedisServer::start();
+    let (proxy, slow) = proxied(&server).await;
+    let o = LockOptions::new(ms(3_000));
+    let mut tasks = Vec::new();
+    for i in 0..6_000 {
+        let slow = slow.clone();
+        tasks.push(tokio::spawn(async move {
+            slow.acquire(&format!("many-{i}"), &o).await.unwrap()
+        }));
+    }
+    let mut leases = Vec::new();
+    for t in tasks {
+        leases.push(t.await.unwrap());
+    }
+    proxy.delay(ms(300));
+    let started = Instant::now();
+    // Two renewal rounds and more, over a 600 ms round trip.
+    sleep(ms(4_500)).await;
+    let lost = leases.iter().filter(|l| !l.is_held()).count();
+    assert_eq!(lost, 0, "leases lost while the server answered");
+    // The fault is real: the link is slow (a lease's renewal took at least the delay).
+    assert!(started.elapsed() >= ms(4_500));
+    let first_deadline = leases[0].deadline();
+    assert!(
+        first_deadline > started + ms(3_000),
+        "renewed at least once"
+    );
+    proxy.pass();
+    drop(leases);
+}
+
+// Defect 5: a renewal sent around a min_hold release stretched the key back to the full ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_renewal_stretches_a_key_released_into_min_hold() {
+    let env = Env::start().await;
+    let o = opts(2_000).with_renew(ms(100)).with_min_hold(ms(400));
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let locker = env.locker.clone();
+        tasks.push(tokio::spawn(async move {
+            let lease = locker.acquire(&format!("hold-{i}"), &o).await.unwrap();
+            // Release right when the first renewal is due, so that the two race.
+            let due = lease.deadline() - ms(2_000 - 22) + ms(100);
+            tokio::time::sleep_until(due - ms((i % 5) as u64)).await;
+            lease.release().await.unwrap();
+        }));
+    }
+    let released = Instant::now();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // min_hold ends 400 ms after each start: every key must be gone well before the ttl.
+    tokio::time::sleep_until(released + ms(700)).await;
+    let mut stretched = Vec::new();
+    for i in 0..100 {
+        if env.exists(&env.key(&format!("hold-{i}"))).await {
+            stretched.push(i);
+        }
+    }
+    assert!(
+        stretched.is_empty(),
+        "keys stretched past min_hold: {stretched:?}"
+    );
+}
+
+// Defect 6: a renewal whose reply came after the lease's deadline made a lost lease held again.
+#[tokio::test]
+async fn a_lost_lease_stays_lost_when_a_late_renewal_reply_arrives() {
+    let server = RedisServer::start();
+    let (proxy, slow) = proxied(&server).await;
+    let o = opts(1_000).with_renew(ms(300));
+    let lease = slow.acquire("late-reply", &o).await.unwrap();
+    // The renewal at 300 ms reaches the server at 700 ms (the key lives until 1 s) and its
+    // reply comes back at 1.1 s, after the lease's validity (988 ms) ran out.
+    proxy.delay(ms(400));
+    let reason = timeout(ms(2_000), lease.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::ValidityExpired);
+    let lost_at = Instant::now();
+    // The fault is real: the renewal did reach the server and re-set the key.
+    eventually(ms(1_000), "the late renewal re-set the key", || async {
+        let pttl: i64 = query(
+            &server.url(),
+            redis::cmd("PTTL").arg(slow.key_of("late-reply")),
+        )
+        .await;
+        pttl > 0 && lost_at.elapsed() > ms(100)
+    })
+    .await;
+    // The reply lands at about 1.1 s; it would have extended the lease to 1.29 s.
+    let until = Instant::now() + ms(300);
+    while Instant::now() < until {
+        assert!(!lease.is_held(), "a lost lease became held again");
+        sleep(ms(5)).await;
+    }
+    assert_eq!(timeout(ms(10), lease.lost()).await.ok(), Some(reason));
+}
+
+// Defect 7: waiters on a link slower than ~200 ms round trip lost their place in the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_a_one_second_round_trip_are_served_in_arrival_order() {
+    let env = Env::start().await;
+    let holder = env
+        .locker
+        .acquire("slow-fifo", &opts(20_000))
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let mut proxies = Vec::new();
+    let queue = format!("{}:waiters", env.key("slow-fifo"));
+    for i in 0..4 {
+        let (proxy, locker) = proxied(&env.server).await;
+        proxy.delay(ms(500));
+        proxies.push(proxy);
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let o = opts(2_000).with_wait(ms(30_000));
+            locker
+                .run("slow-fifo", &o, async |_| order.lock().unwrap().push(i))
+                .await
+                .unwrap();
+        }));
+        eventually(ms(5_000), "the waiter queued", || async {
+            let n: usize = query(&env.server.url(), redis::cmd("ZCARD").arg(&queue)).await;
+            n == i + 1
+        })
+        .await;
+    }
+    // Several waiting rounds at a 1 s round trip.
+    sleep(ms(3_000)).await;
+    let n: usize = query(&env.server.url(), redis::cmd("ZCARD").arg(&queue)).await;
+    assert_eq!(n, 4, "a live waiter lost its place");
+    holder.release().await.unwrap();
+    for w in waiters {
+        timeout(ms(20_000), w).await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+}
+
+// Also wrong: one node aborted the whole wait on a transient Redis error.
+#[tokio::test]
+async fn a_transient_error_while_waiting_is_retried_within_the_wait() {
+    let server = RedisServer::start();
+    let (proxy, slow) = proxied(&server).await;
+    let holder = Locker::connect(&server.url()).await.unwrap();
+    let lease = holder.acquire("flaky", &opts(600)).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        slow.acquire("flaky", &opts(1_000).with_wait(ms(5_000)))
+            .await
+    });
+    sleep(ms(100)).await;
+    // The fault: the waiter's connection is cut and refused for a moment.
+    proxy.refuse(true);
+    proxy.reset_all();
+    sleep(ms(300)).await;
+    proxy.refuse(false);
+    drop(lease);
+    let got = timeout(ms(6_000), waiter).await.unwrap().unwrap();
+    assert!(got.is_ok(), "{:?}", got.err());
+}
+
+// Also wrong: names with braces broke the hash tag; an empty name made a key of its own.
+#[tokio::test]
+async fn names_that_would_break_the_hash_tag_are_config_errors() {
+    let env = Env::start().await;
+    for bad in ["", "a{b", "a}b", "{x}"] {
+        let err = env.locker.acquire(bad, &opts(1_000)).await.unwrap_err();
+        let LockError::Config { message, .. } = &err else {
+            panic!("{bad:?}: {err}");
+        };
+        assert!(
+            message.contains("lock name"),
+            "{bad:?}: the message says why: {message}"
+        );
+        let err = env
+            .locker
+            .run(bad, &opts(1_000), async |_| ())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+    }
+    let keys: Vec<String> = query(&env.server.url(), redis::cmd("KEYS").arg("*")).await;
+    assert!(keys.is_empty(), "nothing was written: {keys:?}");
+}
+
+// Also wrong: a nested locked call on a name this task holds waited for itself.
+#[tokio::test]
+async fn a_nested_call_on_a_held_name_runs_under_the_held_lease() {
+    let env = Env::start().await;
+    let o = opts(5_000).with_wait(ms(300));
+    let locker = env.locker.clone();
+    let (outer, inner) = env
+        .locker
+        .run("reentrant", &o, async |lease| {
+            let inner = locker
+                .run("reentrant", &o, async |nested| nested.fence())
+                .await
+                .unwrap();
+            (lease.fence(), inner)
+        })
+        .await
+        .unwrap();
+    assert_eq!(outer, inner, "the nested call ran under the same lease");
+    // Released once, at the end of the outer call.
+    assert!(!env.exists(&env.key("reentrant")).await);
+    // Another task, even one spawned by the holder, is another holder.
+    let locker = env.locker.clone();
+    let err = env
+        .locker
+        .run("reentrant", &o, async |_| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                locker
+                    .run("reentrant", &opts(5_000).with_wait(ms(100)), async |_| ())
+                    .await
+            })
+            .await
+            .unwrap()
+        })
+        .await
+        .unwrap();
+    assert!(matches!(err, Err(LockError::Busy { .. })), "{err:?}");
+}
