@@ -36,11 +36,13 @@
 
 mod proxy;
 mod server;
+mod slot;
 #[cfg(test)]
 mod test_resp;
 
 pub use proxy::FaultProxy;
 pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};
+pub use slot::{SLOT_COUNT, key_slot};
 
 /// The Redis to run an example or a demo against: `REDIS_URL` when set, else a private
 /// [`RedisServer`] (returned too, so that it lives as long as the caller keeps it).
