@@ -34,12 +34,15 @@
 //! }
 //! ```
 
+mod admin;
+mod cluster;
 mod proxy;
 mod server;
 mod slot;
 #[cfg(test)]
 mod test_resp;
 
+pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::FaultProxy;
 pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};
 pub use slot::{SLOT_COUNT, key_slot};

@@ -279,6 +279,11 @@ impl RedisServer {
         }
     }
 
+    /// The node's working directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
     /// Everything the server (and its restarts) wrote to its log so far.
     pub fn log_contents(&self) -> String {
         read_log(&self.config.dir, 0)
