@@ -92,6 +92,25 @@ pub(crate) fn poll<T>(
     }
 }
 
+/// [`poll`] for async callers: sleeps on the runtime so that tasks on the same thread (a
+/// `FaultProxy` in a current-thread runtime) keep running between checks. The checks themselves
+/// are short blocking calls.
+pub(crate) async fn poll_async<T>(
+    timeout: Duration,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return Ok(value),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("not reached within {timeout:?}: {e}"));
+            }
+            Err(_) => tokio::time::sleep(POLL_INTERVAL).await,
+        }
+    }
+}
+
 /// The last `lines` lines of `log`, for panic messages that stay readable.
 pub(crate) fn log_tail(log: &str, lines: usize) -> String {
     let all: Vec<&str> = log.lines().collect();

@@ -37,6 +37,7 @@
 mod admin;
 mod cluster;
 mod proxy;
+mod sentinel;
 mod server;
 mod slot;
 #[cfg(test)]
@@ -44,6 +45,7 @@ mod test_resp;
 
 pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::FaultProxy;
+pub use sentinel::{MonitoredNode, SentinelSet, SentinelSetBuilder};
 pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};
 pub use slot::{SLOT_COUNT, key_slot};
 
