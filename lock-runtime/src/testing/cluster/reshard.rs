@@ -31,7 +31,11 @@ impl RedisCluster {
     ///
     /// let cluster = RedisCluster::start();
     /// let slot = key_slot(b"lock:{job}");
-    /// let target = cluster.primaries().into_iter().find(|p| !p.slots.iter().any(|r| r.contains(&slot))).unwrap();
+    /// let target = cluster
+    ///     .primaries()
+    ///     .into_iter()
+    ///     .find(|p| !p.slots.iter().any(|r| r.contains(&slot)))
+    ///     .unwrap();
     /// cluster.reshard(slot..slot + 1, target.port);
     /// assert_eq!(cluster.primary_for_key("lock:{job}").port, target.port);
     /// ```
