@@ -237,3 +237,10 @@ fn reshard_moves_a_given_range_while_a_client_writes() {
     let err = set_on(from.port, &before[0], "x").expect_err("the old owner accepted a moved key");
     assert_eq!(redirect_port(&err), Some(to.port), "{err}");
 }
+
+#[test]
+fn cluster_is_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<RedisCluster>();
+    send_sync::<ClusterNode>();
+}

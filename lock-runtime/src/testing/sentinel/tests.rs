@@ -168,3 +168,21 @@ async fn proxied_replica_stays_behind_the_proxy() {
             .unwrap();
     }
 }
+
+/// Shareable between the code under test and the fault injector, and spawnable.
+#[test]
+fn sentinel_set_and_its_futures_are_send() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>(_: &T) {}
+    send_sync::<SentinelSet>();
+    send_sync::<SentinelSetBuilder>();
+    // Never polled: nothing starts.
+    let start = SentinelSet::start();
+    send(&start);
+    drop(start);
+    // Compiled, not called.
+    let _ = |set: &SentinelSet| {
+        send(&set.wait_for_failover());
+        send(&set.restart(0));
+    };
+}
