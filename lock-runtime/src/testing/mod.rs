@@ -12,6 +12,16 @@
 //!   `PATH`) on a free loopback port, and can pause, resume, kill and restart it.
 //! - [`FaultProxy`] sits between a client and that server and delays, blackholes or resets the
 //!   traffic on demand.
+//! - [`RedisCluster`] runs a Redis Cluster of 3 primaries and 3 replicas, tells which node serves
+//!   a key ([`key_slot`] computes the hash slot locally), and kills, fails over, reshards and
+//!   restarts nodes.
+//! - [`SentinelSet`] runs a primary, its replicas and 3 Redis Sentinels, kills the primary and
+//!   waits for the failover; optionally the replicas replicate through a [`FaultProxy`], to show
+//!   what a failover loses when replication lags.
+//!
+//! A cluster also needs `redis-cli` (next to `REDIS_SERVER_BIN`, else on `PATH`; it ships with
+//! `redis-server`) to create it. Every process is started on a free `127.0.0.1` port in a
+//! directory of its own, and killed by its pid when its owner is dropped.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -33,14 +43,40 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! ```no_run
+//! use lock_runtime::testing::{RedisCluster, SentinelSet};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let cluster = RedisCluster::start(); // settled: all ok, in agreement, replicas synced
+//!     let owner = cluster.primary_for_key("lock:{job}");
+//!     cluster.kill(owner.port);
+//!     let promoted = cluster.wait_for_failover(owner.port);
+//!     assert_eq!(cluster.primary_for_key("lock:{job}").port, promoted);
+//!
+//!     let set = SentinelSet::builder().replica_via_proxy(true).start().await;
+//!     set.proxy().unwrap().blackhole(); // replication stops; clients still reach the primary
+//!     set.kill_primary();
+//!     let new_primary = set.wait_for_failover().await;
+//!     # let _ = new_primary;
+//! }
+//! ```
 
+mod admin;
+mod cluster;
 mod proxy;
+mod sentinel;
 mod server;
+mod slot;
 #[cfg(test)]
 mod test_resp;
 
+pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::FaultProxy;
+pub use sentinel::{MonitoredNode, SentinelSet, SentinelSetBuilder};
 pub use server::{REDIS_SERVER_BIN_ENV, RedisServer};
+pub use slot::{SLOT_COUNT, key_slot};
 
 /// The Redis to run an example or a demo against: `REDIS_URL` when set, else a private
 /// [`RedisServer`] (returned too, so that it lives as long as the caller keeps it).

@@ -65,8 +65,27 @@ pub struct RedisServer {
 
 struct Config {
     bin: OsString,
+    /// Before the standard arguments: a config file must be redis-server's first argument.
+    leading_args: Vec<OsString>,
     extra_args: Vec<OsString>,
     dir: PathBuf,
+    /// `--cluster-port`, chosen with the port: the default (port + 10000) may belong to someone else.
+    bus_port: Option<u16>,
+}
+
+/// How to launch one node: shared by [`RedisServer`], `RedisCluster` and `SentinelSet`, so that
+/// they spawn, probe and kill processes the same way.
+pub(crate) struct NodeSpec {
+    pub(crate) bin: OsString,
+    /// The node's working directory, from [`make_temp_dir`]; removed when the server is dropped.
+    pub(crate) dir: PathBuf,
+    /// A config file in `dir`, given as the first argument (sentinels need one they can rewrite).
+    pub(crate) conf_file: Option<PathBuf>,
+    /// Run as a sentinel (`--sentinel`).
+    pub(crate) sentinel: bool,
+    /// Pick a free cluster bus port too, kept across restarts.
+    pub(crate) cluster_bus: bool,
+    pub(crate) args: Vec<OsString>,
 }
 
 struct State {
@@ -108,16 +127,45 @@ impl RedisServer {
     }
 
     fn start_bin(bin: OsString, extra_args: &[&str]) -> RedisServer {
-        let config = Config {
+        Self::launch_node(NodeSpec {
             bin,
-            extra_args: extra_args.iter().map(OsString::from).collect(),
             dir: make_temp_dir(),
+            conf_file: None,
+            sentinel: false,
+            cluster_bus: false,
+            args: extra_args.iter().map(OsString::from).collect(),
+        })
+    }
+
+    /// Starts a node as `spec` says, on a free port, and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start); `spec.dir` is removed first.
+    pub(crate) fn launch_node(spec: NodeSpec) -> RedisServer {
+        let mut leading_args: Vec<OsString> = spec.conf_file.into_iter().map(Into::into).collect();
+        if spec.sentinel {
+            leading_args.push("--sentinel".into());
+        }
+        let mut config = Config {
+            bin: spec.bin,
+            leading_args,
+            extra_args: spec.args,
+            dir: spec.dir,
+            bus_port: None,
         };
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
-            // The port is free now; another process may still take it before the server binds it,
-            // in which case the server exits and we try another one.
-            let port = free_port();
+            // The ports are free now; another process may still take one before the server binds
+            // it, in which case the server exits and we try other ones.
+            let (port, bus_port) = if spec.cluster_bus {
+                let [port, bus] = free_ports();
+                (port, Some(bus))
+            } else {
+                let [port] = free_ports();
+                (port, None)
+            };
+            config.bus_port = bus_port;
             match launch(&config, port) {
                 Ok(child) => {
                     let pid = child.id();
@@ -231,6 +279,11 @@ impl RedisServer {
         }
     }
 
+    /// The node's working directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
     /// Everything the server (and its restarts) wrote to its log so far.
     pub fn log_contents(&self) -> String {
         read_log(&self.config.dir, 0)
@@ -281,7 +334,7 @@ impl fmt::Debug for RedisServer {
 }
 
 /// The binary to run: `$REDIS_SERVER_BIN` if set and non-empty, else `redis-server`.
-fn server_bin() -> OsString {
+pub(crate) fn server_bin() -> OsString {
     std::env::var_os(REDIS_SERVER_BIN_ENV)
         .filter(|v| !v.is_empty())
         .unwrap_or_else(|| OsString::from("redis-server"))
@@ -314,17 +367,21 @@ fn stop(state: &mut State) {
     }
 }
 
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"));
-    listener
-        .local_addr()
-        .expect("local_addr of a bound listener")
-        .port()
+/// `N` distinct loopback ports that were free a moment ago (all bound at once, so distinct).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] = std::array::from_fn(|_| {
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to pick a port: {e}"))
+    });
+    listeners.map(|l| {
+        l.local_addr()
+            .expect("local_addr of a bound listener")
+            .port()
+    })
 }
 
-fn make_temp_dir() -> PathBuf {
+/// A fresh directory under the system's temporary directory.
+pub(crate) fn make_temp_dir() -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let base = std::env::temp_dir();
     loop {
@@ -370,7 +427,9 @@ fn launch(config: &Config, port: u16) -> Result<Child, LaunchError> {
     // Only this launch's part of the log decides whether the port was busy.
     let offset = stdout.metadata().map(|m| m.len()).unwrap_or(0);
 
-    let mut child = Command::new(&config.bin)
+    let mut command = Command::new(&config.bin);
+    command
+        .args(&config.leading_args)
         .arg("--port")
         .arg(port.to_string())
         .args(["--bind", "127.0.0.1"])
@@ -381,7 +440,11 @@ fn launch(config: &Config, port: u16) -> Result<Child, LaunchError> {
         .arg(&config.dir)
         // Log to stdout, which goes to the log file together with stderr (config errors).
         .args(["--logfile", ""])
-        .args(["--daemonize", "no"])
+        .args(["--daemonize", "no"]);
+    if let Some(bus_port) = config.bus_port {
+        command.arg("--cluster-port").arg(bus_port.to_string());
+    }
+    let mut child = command
         .args(&config.extra_args)
         .stdin(Stdio::null())
         .stdout(stdout)
