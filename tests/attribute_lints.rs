@@ -64,7 +64,7 @@ async fn with_guard(tenant: &str, year: u16, amount: &str) -> Result<u64, AppErr
 )]
 async fn scheduled() {}
 
-#[distributed_lock(name = "{{literal}}:{r#type}:{a}-{b}", ttl = "10s")]
+#[distributed_lock(name = "literal:{r#type}:{a}-{b}", ttl = "10s")]
 async fn patterns(r#type: &str, (a, b): (u32, u32)) -> Result<u32, LockError> {
     Ok(a + b + u32::try_from(r#type.len()).unwrap_or(0))
 }
