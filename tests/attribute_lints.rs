@@ -64,7 +64,7 @@ async fn with_guard(tenant: &str, year: u16, amount: &str) -> Result<u64, AppErr
 )]
 async fn scheduled() {}
 
-#[distributed_lock(name = "{{literal}}:{r#type}:{a}-{b}", ttl = "10s")]
+#[distributed_lock(name = "literal:{r#type}:{a}-{b}", ttl = "10s")]
 async fn patterns(r#type: &str, (a, b): (u32, u32)) -> Result<u32, LockError> {
     Ok(a + b + u32::try_from(r#type.len()).unwrap_or(0))
 }
@@ -133,6 +133,28 @@ impl Job for Service {
     }
 }
 
+// Under `#[async_trait]` the attribute wraps the body inside async-trait's boxed future.
+#[async_trait::async_trait]
+trait Billing {
+    async fn bill(&self, tenant: &str, (low, high): (u32, u32)) -> Result<u64, AppError>;
+    async fn tick(&mut self);
+}
+
+#[async_trait::async_trait]
+impl Billing for Service {
+    #[distributed_lock(name = "bill:{tenant}:{low}-{high}", ttl = "10s", locker = self.locker, guard = lease)]
+    async fn bill(&self, tenant: &str, (low, high): (u32, u32)) -> Result<u64, AppError> {
+        let parsed: u64 = tenant.parse()?;
+        tokio::task::yield_now().await;
+        Ok(parsed + lease.fence() + u64::from(low + high))
+    }
+
+    #[distributed_lock(name = "tick", ttl = "10s", locker = self.locker)]
+    async fn tick(&mut self) {
+        self.name.push('.');
+    }
+}
+
 fn assert_send<T: Send>(_: &T) {}
 
 // A runtime, because building a `Locker` starts its connection tasks (they never connect here).
@@ -153,7 +175,9 @@ async fn expansions_build_send_futures() {
     };
     assert_send(&service.by_ref(1));
     assert_send(&service.run());
+    assert_send(&service.bill("7", (1, 2)));
     let mut service = service;
+    assert_send(&service.tick());
     assert_send(&service.by_mut());
     assert_send(&Arc::new(service).by_arc());
     assert_eq!(

@@ -1,14 +1,17 @@
 //! One `build` step from the options as written to a checked [`Config`]: required options,
-//! durations converted to whole milliseconds, the rules between them, and the key template
-//! against the function's parameters. Each error points at the value it is about.
+//! durations converted to whole milliseconds, the rules between them (`lock_rules`, the code the
+//! runtime checks `LockOptions` with), the guard's name, and the key template against the
+//! function's parameters. Each error points at the value it is about.
 
-use std::time::Duration;
-
+use lock_rules::{DurationKey, Durations};
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::{Expr, Ident, LitStr, Path};
 
-use crate::parse::{self, RawArgs};
+use crate::errors::Errors;
+use crate::options::OptionKey;
+use crate::parse::RawArgs;
+use crate::suggest;
 use crate::template::{self, Piece};
 
 /// The checked options, ready for expansion.
@@ -27,73 +30,52 @@ pub(crate) struct Config {
     pub krate: Path,
 }
 
-/// Gathers errors so that one compile reports all of them.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, err: syn::Error) {
-        match &mut self.0 {
-            Some(all) => all.combine(err),
-            None => self.0 = Some(err),
-        }
-    }
-
-    pub(crate) fn push_result<T>(&mut self, result: syn::Result<T>) -> Option<T> {
-        result.map_err(|err| self.push(err)).ok()
-    }
-
-    pub(crate) fn finish(self) -> syn::Result<()> {
-        self.0.map_or(Ok(()), Err)
-    }
-}
-
 /// Checks the options as a whole, adding each problem to `errors`; `params` are the names the
 /// function's parameters bind. `None` when `name` or `ttl` is unusable; a `Config` may still come
 /// with errors (about other options), so the caller checks `errors` before using it.
 pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Option<Config> {
     let key = match &raw.name {
         Some(lit) => errors.push_result(key(lit, params)),
-        None if raw.seen.contains(&"name") => None,
+        None if raw.seen.contains(&OptionKey::Name) || raw.meant.contains(&OptionKey::Name) => None,
         None => {
             errors.push(missing(
-                "name",
+                OptionKey::Name,
                 "the lock's key, like `name = \"job:{id}\"`",
             ));
             None
         }
     };
-    let mut ms = |lit: &Option<LitStr>, option: &str| {
+    let mut ms = |key: OptionKey, lit: &Option<LitStr>| {
         let lit = lit.as_ref()?;
         errors.push_result(
-            parse_millis(option, &lit.value()).map_err(|m| syn::Error::new(lit.span(), m)),
+            parse_millis(key.name(), &lit.value()).map_err(|m| syn::Error::new(lit.span(), m)),
         )
     };
-    let ttl = ms(&raw.ttl, "ttl");
-    let max_exec = ms(&raw.max_exec, "max_exec");
-    let renew = ms(&raw.renew, "renew");
-    let wait_ms = ms(&raw.wait, "wait");
-    let min_hold = ms(&raw.min_hold, "min_hold");
-    if !raw.seen.contains(&"ttl") {
+    let ttl = ms(OptionKey::Ttl, &raw.ttl);
+    let max_exec = ms(OptionKey::MaxExec, &raw.max_exec);
+    let renew = ms(OptionKey::Renew, &raw.renew);
+    let wait_ms = ms(OptionKey::Wait, &raw.wait);
+    let min_hold = ms(OptionKey::MinHold, &raw.min_hold);
+    if !raw.seen.contains(&OptionKey::Ttl) && !raw.meant.contains(&OptionKey::Ttl) {
         errors.push(missing(
-            "ttl",
+            OptionKey::Ttl,
             "how long the lease lasts, like `ttl = \"30s\"`",
         ));
     }
     // The rules compare with ttl; a value that did not parse has been reported already.
     if let Some(ttl) = ttl {
-        for (option, message) in check_rules(ttl, max_exec, renew, min_hold) {
-            let lit = match option {
-                "max_exec" => &raw.max_exec,
-                "renew" => &raw.renew,
-                "min_hold" => &raw.min_hold,
-                _ => &raw.ttl,
-            };
-            errors.push(syn::Error::new(
-                lit.as_ref().map_or_else(Span::call_site, LitStr::span),
-                message,
-            ));
+        let durations = Durations {
+            ttl,
+            max_exec,
+            renew,
+            min_hold,
+        };
+        for (_, err) in rule_errors(&raw, durations) {
+            errors.push(err);
         }
+    }
+    if let Some(guard) = &raw.guard {
+        errors.push_result(check_guard(guard, params));
     }
     let (key_format, key_args) = key?;
     Some(Config {
@@ -112,8 +94,43 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
     })
 }
 
-fn missing(option: &str, what: &str) -> syn::Error {
-    syn::Error::new(Span::call_site(), format!("missing `{option}`: {what}"))
+/// Each rule the durations break, as an error on the literal of the option it blames.
+fn rule_errors(raw: &RawArgs, durations: Durations) -> Vec<(DurationKey, syn::Error)> {
+    lock_rules::check(durations)
+        .into_iter()
+        .map(|broken| {
+            let span = raw
+                .duration(broken.key)
+                .map_or_else(Span::call_site, LitStr::span);
+            (broken.key, syn::Error::new(span, broken.message))
+        })
+        .collect()
+}
+
+/// The guard is a new binding in the body: it must not hide a parameter of the same name.
+fn check_guard(guard: &Ident, params: &[Ident]) -> syn::Result<()> {
+    let taken = |name: &str| params.iter().any(|p| p.unraw() == name);
+    if !taken(&guard.unraw().to_string()) {
+        return Ok(());
+    }
+    let other = ["lock_lease", "held_lease", "lock_guard"]
+        .into_iter()
+        .find(|name| !taken(name))
+        .unwrap_or("lock_lease");
+    Err(syn::Error::new(
+        guard.span(),
+        format!(
+            "`guard = {guard}` would hide the parameter `{guard}` inside the body; name the lease \
+             something else, like `guard = {other}`"
+        ),
+    ))
+}
+
+fn missing(option: OptionKey, what: &str) -> syn::Error {
+    syn::Error::new(
+        Span::call_site(),
+        format!("missing `{}`: {what}", option.name()),
+    )
 }
 
 /// The key's `format!` string and its arguments: each placeholder must name a parameter.
@@ -136,13 +153,9 @@ fn key(lit: &LitStr, params: &[Ident]) -> syn::Result<(LitStr, Vec<Ident>)> {
 
 fn unknown_param(name: &str, params: &[Ident]) -> String {
     let names: Vec<String> = params.iter().map(|p| p.unraw().to_string()).collect();
-    let closest = names
-        .iter()
-        .map(|known| (parse::edit_distance(name, known), known))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d);
+    let closest = suggest::closest(name, names.iter().map(String::as_str));
     let hint = match (closest, names.is_empty()) {
-        (Some((_, known)), _) => format!("did you mean `{{{known}}}`?"),
+        (Some(known), _) => format!("did you mean `{{{known}}}`?"),
         (None, true) => "it has no parameters; add one for the value the key needs".to_owned(),
         (None, false) => {
             let listed: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
@@ -166,71 +179,6 @@ pub(crate) fn parse_millis(option: &str, text: &str) -> Result<u64, String> {
         ));
     }
     u64::try_from(duration.as_millis()).map_err(|_| format!("`{option} = \"{text}\"` is too long"))
-}
-
-fn show(ms: u128) -> String {
-    let ms = u64::try_from(ms).unwrap_or(u64::MAX);
-    humantime::format_duration(Duration::from_millis(ms)).to_string()
-}
-
-/// The rules between durations, all in whole milliseconds as the runtime checks them:
-/// `drift = ttl/100 + 2ms`, `0 < max_exec <= ttl - drift`, `0 < renew <= ttl/2`, `min_hold <= ttl`.
-/// Returns each broken rule with the option to blame.
-pub(crate) fn check_rules(
-    ttl: u64,
-    max_exec: Option<u64>,
-    renew: Option<u64>,
-    min_hold: Option<u64>,
-) -> Vec<(&'static str, String)> {
-    let (ttl, mut broken) = (u128::from(ttl), Vec::new());
-    let drift = ttl / 100 + 2;
-    // Below 3ms, the default max_exec (ttl - drift) would be zero: no time for the body.
-    if ttl <= drift {
-        let message = format!(
-            "ttl = {} is too short: the body may run for ttl - (ttl/100 + 2ms), so ttl must be at least 3ms",
-            show(ttl)
-        );
-        return vec![("ttl", message)];
-    }
-    let limit = ttl - drift;
-    match max_exec.map(u128::from) {
-        Some(0) => broken.push(("max_exec", "max_exec must be above zero: it is how long the body may run".into())),
-        Some(max) if max > limit => broken.push((
-            "max_exec",
-            format!(
-                "max_exec = {} is too long for ttl = {}: it must be at most ttl - (ttl/100 + 2ms) = {}, so the \
-                 body is stopped before the key can expire; lower max_exec or raise ttl",
-                show(max),
-                show(ttl),
-                show(limit)
-            ),
-        )),
-        _ => {}
-    }
-    match renew.map(u128::from) {
-        Some(0) => broken.push(("renew", "renew must be above zero: it is how often the lease is renewed".into())),
-        Some(every) if every * 2 > ttl => broken.push((
-            "renew",
-            format!(
-                "renew = {} is too long for ttl = {}: renew at least twice per lease (renew <= ttl/2), so a \
-                 failed renewal can be retried before the key expires; lower renew or raise ttl",
-                show(every),
-                show(ttl)
-            ),
-        )),
-        _ => {}
-    }
-    if let Some(hold) = min_hold.map(u128::from).filter(|hold| *hold > ttl) {
-        broken.push((
-            "min_hold",
-            format!(
-                "min_hold = {} must be at most ttl = {}: the key cannot be kept past its lease; lower min_hold or raise ttl",
-                show(hold),
-                show(ttl)
-            ),
-        ));
-    }
-    broken
 }
 
 #[cfg(test)]
@@ -258,55 +206,116 @@ mod tests {
         assert!(parse_millis("ttl", "").is_err());
     }
 
-    fn blamed(
-        ttl: u64,
-        max_exec: Option<u64>,
-        renew: Option<u64>,
-        min_hold: Option<u64>,
-    ) -> Vec<&'static str> {
-        check_rules(ttl, max_exec, renew, min_hold)
-            .into_iter()
-            .map(|(o, _)| o)
-            .collect()
+    fn build_with(args: proc_macro2::TokenStream, params: &[&str]) -> Result<(), Vec<String>> {
+        let mut errors = Errors::default();
+        let raw = crate::parse::parse_args(args, &mut errors).unwrap();
+        let params: Vec<Ident> = params
+            .iter()
+            .map(|p| Ident::new(p, Span::call_site()))
+            .collect();
+        let config = build(raw, &params, &mut errors);
+        errors
+            .finish()
+            .map_err(|err| err.into_iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        assert!(config.is_some());
+        Ok(())
+    }
+
+    /// The table the runtime's `LockOptions::validate` test runs too: the attribute accepts and
+    /// rejects the same durations, with the same messages, on the literal of the option blamed.
+    #[test]
+    fn rules_follow_the_shared_table() {
+        let lit = |ms: u64| LitStr::new(&format!("{ms}ms"), Span::call_site());
+        for case in lock_rules::CASES {
+            let d = case.durations;
+            let ttl = lit(d.ttl);
+            let mut args = quote::quote!(name = "job", ttl = #ttl);
+            let optional = [
+                ("max_exec", d.max_exec),
+                ("renew", d.renew),
+                ("min_hold", d.min_hold),
+            ];
+            for (option, value) in optional {
+                if let Some(ms) = value {
+                    let option = Ident::new(option, Span::call_site());
+                    let value = lit(ms);
+                    args.extend(quote::quote!(, #option = #value));
+                }
+            }
+            let mut errors = Errors::default();
+            let raw = crate::parse::parse_args(args.clone(), &mut errors).unwrap();
+            let blamed: Vec<DurationKey> =
+                rule_errors(&raw, d).into_iter().map(|(k, _)| k).collect();
+            assert_eq!(blamed, case.blamed, "{case:?}");
+            let expected: Vec<String> = lock_rules::check(d)
+                .into_iter()
+                .map(|b| b.message)
+                .collect();
+            match build_with(args, &[]) {
+                Ok(()) => assert!(expected.is_empty(), "{case:?}"),
+                Err(messages) => assert_eq!(messages, expected, "{case:?}"),
+            }
+        }
     }
 
     #[test]
-    fn ttl_leaves_time_for_the_body() {
-        assert_eq!(blamed(0, None, None, None), ["ttl"]);
-        assert_eq!(blamed(2, None, None, None), ["ttl"]);
-        assert!(blamed(3, None, None, None).is_empty());
-    }
-
-    #[test]
-    fn max_exec_stays_below_ttl_minus_drift() {
-        // ttl 30s: drift = 300 + 2 ms, limit 29_698 ms.
-        assert!(blamed(30_000, Some(29_698), None, None).is_empty());
-        assert_eq!(blamed(30_000, Some(29_699), None, None), ["max_exec"]);
-        assert_eq!(blamed(30_000, Some(0), None, None), ["max_exec"]);
-        // ttl 150ms: drift = 1 + 2 ms (integer division), limit 147 ms.
-        assert!(blamed(150, Some(147), None, None).is_empty());
-        assert_eq!(blamed(150, Some(148), None, None), ["max_exec"]);
-        let (_, message) = &check_rules(30_000, Some(30_000), None, None)[0];
-        assert!(message.contains("= 29s 698ms"), "{message}");
-    }
-
-    #[test]
-    fn renew_is_positive_and_at_most_half_the_ttl() {
-        assert!(blamed(30_000, None, Some(15_000), None).is_empty());
-        assert_eq!(blamed(30_000, None, Some(15_001), None), ["renew"]);
-        assert_eq!(blamed(30_000, None, Some(0), None), ["renew"]);
-        // Odd ttl: 3ms / 2 = 1.5ms, so 1ms passes and 2ms does not.
-        assert!(blamed(3, None, Some(1), None).is_empty());
-        assert_eq!(blamed(3, None, Some(2), None), ["renew"]);
-    }
-
-    #[test]
-    fn min_hold_fits_in_the_ttl_and_rules_add_up() {
-        assert!(blamed(30_000, None, None, Some(30_000)).is_empty());
-        assert_eq!(blamed(30_000, None, None, Some(30_001)), ["min_hold"]);
-        assert_eq!(
-            blamed(1_000, Some(1_000), Some(600), Some(2_000)),
-            ["max_exec", "renew", "min_hold"]
+    fn an_unknown_option_taken_for_a_required_one_is_not_also_missing() {
+        let err = build_with(quote::quote!(key = "job", lease = "1s"), &[]).unwrap_err();
+        assert_eq!(err.len(), 2, "{err:?}");
+        assert!(
+            err.iter().all(|e| e.starts_with("unknown option")),
+            "{err:?}"
         );
+        let err = build_with(quote::quote!(wait = "1s"), &[]).unwrap_err();
+        assert!(
+            err[0].starts_with("missing `name`") && err[1].starts_with("missing `ttl`"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn the_guard_cannot_hide_a_parameter() {
+        let err = build_with(
+            quote::quote!(name = "job:{id}", ttl = "1s", guard = lease),
+            &["id", "lease"],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            [
+                "`guard = lease` would hide the parameter `lease` inside the body; name the lease \
+              something else, like `guard = lock_lease`"
+            ]
+        );
+        assert!(
+            build_with(
+                quote::quote!(name = "job:{id}", ttl = "1s", guard = lease),
+                &["id"]
+            )
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn placeholders_name_parameters() {
+        let err = build_with(
+            quote::quote!(name = "invoice:{tenat}", ttl = "1s"),
+            &["tenant", "year"],
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            [
+                "`{tenat}` in the lock name is not a parameter of this function: did you mean `{tenant}`?"
+            ]
+        );
+        let err = build_with(quote::quote!(name = "{x}", ttl = "1s"), &[]).unwrap_err();
+        assert!(
+            err[0].ends_with("it has no parameters; add one for the value the key needs"),
+            "{err:?}"
+        );
+        let err =
+            build_with(quote::quote!(name = "{customer}", ttl = "1s"), &["a", "b"]).unwrap_err();
+        assert!(err[0].ends_with("its parameters are `a`, `b`"), "{err:?}");
     }
 }

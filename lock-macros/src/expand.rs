@@ -1,14 +1,17 @@
-//! Writes the new body: render the key, pick the locker, build the options as a const, and hand
-//! the user's body to the runtime as an `async move` closure. Everything else about the function
-//! (attributes, visibility, signature) is emitted exactly as written.
+//! Writes the new body: render the key, pick the locker, build the options as a const, and make
+//! one call into the runtime with the user's body as an `async` block inside an async closure
+//! (the closure receives the lease). Everything else about the function (attributes, visibility,
+//! signature, and under async-trait the code around the body) is emitted as written.
 
 use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
 use syn::visit_mut::{self, VisitMut};
-use syn::{AttrStyle, ItemFn, ReturnType, Token, Type, TypeInfer};
+use syn::{Block, GenericArgument, ItemFn, PathArguments, Token, Type, TypeInfer};
 
-use crate::config::{self, Config, Errors};
-use crate::{item, parse};
+use crate::config::{self, Config};
+use crate::errors::Errors;
+use crate::item::{self, LockedFn};
+use crate::parse;
 
 /// The attribute's whole job: the expanded function, or the function unchanged plus the errors.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -16,9 +19,24 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         Ok(out) => out,
         // Keeping the function lets its callers and body still be checked (and IDEs resolve it).
         Err(err) => {
+            let item = unchanged(item);
             let errors = err.to_compile_error();
             quote!(#item #errors)
         }
+    }
+}
+
+/// The function as written, for when the attribute reports an error. Its parameters may be
+/// unused without the key that was to use them: rustc's warnings about them would only add
+/// noise to the error, so they are allowed.
+fn unchanged(item: TokenStream) -> TokenStream {
+    match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(mut func) => {
+            func.attrs
+                .push(syn::parse_quote!(#[allow(unused_variables)]));
+            quote!(#func)
+        }
+        Err(_) => item,
     }
 }
 
@@ -26,25 +44,27 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let func = item::parse(item)?;
     let mut errors = Errors::default();
     let raw = parse::parse_args(args, &mut errors);
-    errors.push_result(item::check_async(&func.sig));
-    let params = item::bindings(&func.sig);
-    let config = raw.and_then(|raw| config::build(raw, &params, &mut errors));
+    // The parameters are known even when the body is not usable, so the options still get checked.
+    let declared_params = item::bindings(&func.sig);
+    let locked = errors.push_result(item::analyze(func));
+    let params = locked.as_ref().map_or(&declared_params, |l| &l.params);
+    let config = raw.and_then(|raw| config::build(raw, params, &mut errors));
     errors.finish()?;
-    // `build` gives `None` only after reporting why; never panic in a macro all the same.
-    let config = config.ok_or_else(|| syn::Error::new(Span::call_site(), "invalid options"))?;
-    Ok(generate(func, &config))
+    // `analyze` and `build` give `None` only after reporting why; never panic in a macro all the same.
+    match (locked, config) {
+        (Some(locked), Some(config)) => generate(locked, &config),
+        _ => Err(internal()),
+    }
 }
 
-fn generate(func: ItemFn, config: &Config) -> TokenStream {
-    let ItemFn {
-        attrs,
-        vis,
-        sig,
-        block,
-    } = func;
-    let (inner, outer): (Vec<_>, Vec<_>) = attrs
-        .into_iter()
-        .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
+fn internal() -> syn::Error {
+    syn::Error::new(
+        Span::call_site(),
+        "#[distributed_lock] could not expand this function",
+    )
+}
+
+fn generate(mut locked: LockedFn, config: &Config) -> syn::Result<TokenStream> {
     let krate = &config.krate;
     // Mixed-site names are invisible to the user's body, so they can never clash with its names.
     let def = Span::mixed_site();
@@ -54,15 +74,20 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
     let locker = Ident::new("__lock_locker", def);
     let options = Ident::new("__LOCK_OPTIONS", def);
 
-    let ret = return_type(&sig.output);
+    let ret = return_type(locked.output.as_ref());
     let key_format = &config.key_format;
     let key_args = &config.key_args;
     let locker_expr = match &config.locker {
         // `&(expr)`: a static, a field through `self` or a value all deref to `&Locker`; the
         // runtime clones it, so a borrow of `self` ends before the body takes `self`.
         Some(expr) => {
-            let borrowed = around(quote!(#expr), |first, last| {
-                let mut group = Group::new(Delimiter::Parenthesis, quote!(#expr));
+            let expr = match &locked.self_alias {
+                // async-trait moved `self` into `__self` before the body: name it that way.
+                Some(alias) => rename_self(quote!(#expr), alias),
+                None => quote!(#expr),
+            };
+            let borrowed = around(expr.clone(), |first, last| {
+                let mut group = Group::new(Delimiter::Parenthesis, expr);
                 group.set_span(last);
                 quote_spanned!(first=> &#group)
             });
@@ -71,7 +96,9 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
         None => quote_spanned!(def=> #private::default_locker()),
     };
     let options_expr = options_chain(&private, config);
-    let mut body = *block;
+
+    let body_slot = locked.body_mut().ok_or_else(internal)?;
+    let mut body = std::mem::replace(body_slot, syn::parse_quote!({}));
     let lease_pat = match &config.guard {
         Some(guard) => {
             body.stmts
@@ -80,10 +107,9 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
         }
         None => quote!(_),
     };
-    // rustc does not carry an async closure's output type into its body (rust-lang/rust#145105),
-    // so `return Ok(&string)` or a tail `Box::new(x)` would not coerce to the declared type. A
-    // never-taken `return` of that type fixes the body's return type first, as
-    // tracing-attributes does for async blocks.
+    // A never-taken `return` of the declared type fixes the async block's output type before
+    // its body is checked, so `return Ok(&string)` or a tail `Box::new(x)` coerce to it (as
+    // tracing-attributes does for async blocks).
     if ret.to_string() != "_" {
         let fix_return_type = syn::parse_quote_spanned! {def=>
             #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
@@ -93,31 +119,84 @@ fn generate(func: ItemFn, config: &Config) -> TokenStream {
         };
         body.stmts.insert(0, fix_return_type);
     }
-
-    // The call spans the declared return type: a type that is not `LockOutput` is then reported
-    // once, there, instead of also at the attribute for each use of the call.
-    let declared = match &sig.output {
-        ReturnType::Type(_, ty) => quote!(#ty),
-        ReturnType::Default => TokenStream::new(),
+    // The body runs as an `async` block (not as the closure's own body): errors about it, like a
+    // `?` it cannot use, then speak of an async block, and point at the function's `async fn`.
+    let async_block = {
+        let async_token = quote_spanned!(locked.async_span=> async);
+        let move_token = quote_spanned!(locked.fn_span=> move);
+        quote!(#async_token #move_token #body)
     };
-    let args = quote_spanned!(def=> #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #body);
-    let call = around(declared, |first, last| {
-        let run = respan(quote!(#private::run::<), first);
+
+    let args = quote_spanned!(def=>
+        #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #async_block.await
+    );
+    // The return type must be `LockOutput`, a bound of `run` that rustc checks on the path and
+    // again on its `.await`. With both spanned alike (and `R` inferred from the body, not given
+    // in a turbofish, whose argument rustc would blame separately) it reports one error.
+    let blame = locked.output.as_ref().map_or(def, blamed_span);
+    let call = {
+        let run = respan(quote!(#private::run), blame);
         let mut args = Group::new(Delimiter::Parenthesis, args);
-        args.set_span(last);
-        quote_spanned!(last=> #run #ret, _> #args.await)
-    });
+        args.set_span(blame);
+        quote_spanned!(blame=> #run #args.await)
+    };
 
     // The const comes first: items after statements read badly (and clippy says so).
-    quote_spanned! {def=>
-        #(#outer)*
-        #vis #sig {
-            #(#inner)*
-            const #options: #private::LockOptions = #options_expr;
-            let #name: ::std::string::String = ::std::format!(#key_format #(, #key_args)*);
-            let #locker: ::core::result::Result<#private::Locker, #private::LockError> = #locker_expr;
-            #call
-        }
+    let new_body: Block = syn::parse_quote_spanned! {def=> {
+        const #options: #private::LockOptions = #options_expr;
+        let #name: ::std::string::String = ::std::format!(#key_format #(, #key_args)*);
+        let #locker: ::core::result::Result<#private::Locker, #private::LockError> = #locker_expr;
+        #call
+    }};
+    *locked.body_mut().ok_or_else(internal)? = new_body;
+    let func = &locked.func;
+    Ok(quote!(#func))
+}
+
+/// `self` in user tokens, renamed to `alias` (keeping each token's span).
+fn rename_self(tokens: TokenStream, alias: &Ident) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|tree| match tree {
+            TokenTree::Ident(ident) if ident == "self" => {
+                TokenTree::Ident(Ident::new(&alias.to_string(), ident.span()))
+            }
+            TokenTree::Group(group) => {
+                let mut renamed = Group::new(group.delimiter(), rename_self(group.stream(), alias));
+                renamed.set_span(group.span());
+                TokenTree::Group(renamed)
+            }
+            other => other,
+        })
+        .collect()
+}
+
+/// Where a return type that cannot report a lock failure is blamed: the error type of a
+/// `Result<T, E>` (its last name, `Error` in `io::Error`), else the type's first token.
+fn blamed_span(ty: &Type) -> Span {
+    let error_type = match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .filter(|last| last.ident == "Result")
+            .and_then(|last| match &last.arguments {
+                PathArguments::AngleBracketed(args) if args.args.len() == 2 => {
+                    match &args.args[1] {
+                        GenericArgument::Type(Type::Path(error)) => error.path.segments.last(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            }),
+        _ => None,
+    };
+    match error_type {
+        Some(segment) => segment.ident.span(),
+        None => quote!(#ty)
+            .into_iter()
+            .next()
+            .map_or_else(Span::call_site, |t| t.span()),
     }
 }
 
@@ -177,11 +256,11 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
 
 /// The type for `run::<R, _>`, so that `?` and `Ok(..)` in the body infer. `impl Trait` cannot be
 /// named in a turbofish, so each one becomes `_`: `Result<impl Display, E>` still fixes `E`.
-fn return_type(output: &ReturnType) -> TokenStream {
+fn return_type(output: Option<&Type>) -> TokenStream {
     match output {
-        ReturnType::Default => quote!(()),
-        ReturnType::Type(_, ty) => {
-            let mut ty = (**ty).clone();
+        None => quote!(()),
+        Some(ty) => {
+            let mut ty = ty.clone();
             InferImplTrait.visit_type_mut(&mut ty);
             quote!(#ty)
         }
@@ -209,7 +288,10 @@ mod tests {
 
     fn ret(sig: &str) -> String {
         let sig: syn::Signature = syn::parse_str(sig).unwrap();
-        return_type(&sig.output).to_string()
+        match &sig.output {
+            syn::ReturnType::Default => return_type(None).to_string(),
+            syn::ReturnType::Type(_, ty) => return_type(Some(ty)).to_string(),
+        }
     }
 
     #[test]
@@ -247,9 +329,22 @@ mod tests {
             "{out}"
         );
         assert!(out.contains("LockOptions :: new (:: lock_runtime :: __private :: Duration :: from_millis (30000)) . with_wait ("), "{out}");
-        assert!(out.contains("run :: < Result < () , E > , _ >"), "{out}");
+        // One call; the body is an async block inside an async closure that takes the lease.
+        assert_eq!(out.matches("__private :: run").count(), 1, "{out}");
+        assert!(
+            out.contains(
+                "async move | __lock_lease : & :: lock_runtime :: __private :: Lease | async move {"
+            ),
+            "{out}"
+        );
         assert!(
             out.contains("let lease : & :: lock_runtime :: __private :: Lease = __lock_lease ;"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "return :: core :: convert :: identity :: < Result < () , E > > (loop { }) ;"
+            ),
             "{out}"
         );
         assert!(!out.contains("compile_error"), "{out}");
@@ -284,7 +379,10 @@ mod tests {
             ),
         )
         .to_string();
-        assert!(out.starts_with("fn job () { }"), "{out}");
+        assert!(
+            out.starts_with("# [allow (unused_variables)] fn job () { }"),
+            "{out}"
+        );
         assert_eq!(out.matches("compile_error").count(), 2, "{out}");
     }
 }

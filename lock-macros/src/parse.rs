@@ -3,6 +3,7 @@
 //! Only the kind of each value is checked here (a string, an identifier, a path); rules between
 //! options and against the function live in `config`.
 
+use lock_rules::DurationKey;
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::ext::IdentExt;
@@ -10,18 +11,17 @@ use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
-use crate::config::Errors;
-
-/// Every option, in the order the docs list them.
-pub(crate) const OPTIONS: &[&str] = &[
-    "name", "ttl", "max_exec", "renew", "wait", "min_hold", "locker", "guard", "crate",
-];
+use crate::errors::Errors;
+use crate::options::OptionKey;
 
 /// The options as written; `None` when not given or when its value was of the wrong kind.
 #[derive(Default)]
 pub(crate) struct RawArgs {
     /// Every known option written, valid or not: a bad `ttl` is not also reported as missing.
-    pub seen: Vec<&'static str>,
+    pub seen: Vec<OptionKey>,
+    /// The options that unknown keys were taken to mean: a `key = ".."` is not also reported as
+    /// a missing `name`.
+    pub meant: Vec<OptionKey>,
     pub name: Option<LitStr>,
     pub ttl: Option<LitStr>,
     pub max_exec: Option<LitStr>,
@@ -31,6 +31,18 @@ pub(crate) struct RawArgs {
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Option<Path>,
+}
+
+impl RawArgs {
+    /// The literal of a duration option, if given and a string.
+    pub(crate) fn duration(&self, key: DurationKey) -> Option<&LitStr> {
+        match key {
+            DurationKey::Ttl => self.ttl.as_ref(),
+            DurationKey::MaxExec => self.max_exec.as_ref(),
+            DurationKey::Renew => self.renew.as_ref(),
+            DurationKey::MinHold => self.min_hold.as_ref(),
+        }
+    }
 }
 
 /// One `key = value`. The value is read as an expression whatever the key, so that an unknown or
@@ -69,31 +81,36 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
     let mut raw = RawArgs::default();
     for Arg { key, value } in args {
         let name = key.unraw().to_string();
-        let Some(option) = OPTIONS.iter().copied().find(|o| *o == name) else {
-            errors.push(unknown(&key, &name));
+        let Some(option) = OptionKey::from_name(&name) else {
+            let meant = OptionKey::meant_for(&name);
+            errors.push(syn::Error::new(
+                key.span(),
+                OptionKey::unknown(&name, &meant),
+            ));
+            raw.meant.extend(meant);
             continue;
         };
         if raw.seen.contains(&option) {
             errors.push(syn::Error::new(
                 key.span(),
-                format!("`{option}` is given twice; keep one"),
+                format!("`{}` is given twice; keep one", option.name()),
             ));
             continue;
         }
         raw.seen.push(option);
         let result = match option {
-            "name" => set(
+            OptionKey::Name => set(
                 &mut raw.name,
                 string(value, "a string literal, like `name = \"job:{id}\"`"),
             ),
-            "ttl" => set(&mut raw.ttl, duration(value)),
-            "max_exec" => set(&mut raw.max_exec, duration(value)),
-            "renew" => set(&mut raw.renew, duration(value)),
-            "wait" => set(&mut raw.wait, duration(value)),
-            "min_hold" => set(&mut raw.min_hold, duration(value)),
-            "locker" => set(&mut raw.locker, Ok(value)),
-            "guard" => set(&mut raw.guard, guard(value)),
-            _ => set(&mut raw.krate, crate_path(value)),
+            OptionKey::Ttl => set(&mut raw.ttl, duration(value)),
+            OptionKey::MaxExec => set(&mut raw.max_exec, duration(value)),
+            OptionKey::Renew => set(&mut raw.renew, duration(value)),
+            OptionKey::Wait => set(&mut raw.wait, duration(value)),
+            OptionKey::MinHold => set(&mut raw.min_hold, duration(value)),
+            OptionKey::Locker => set(&mut raw.locker, Ok(value)),
+            OptionKey::Guard => set(&mut raw.guard, guard(value)),
+            OptionKey::Crate => set(&mut raw.krate, crate_path(value)),
         };
         errors.push_result(result);
     }
@@ -177,61 +194,10 @@ fn crate_path(value: Expr) -> syn::Result<syn::Path> {
     }
 }
 
-fn unknown(key: &Ident, name: &str) -> syn::Error {
-    let message = match closest(name) {
-        Some(known) => format!("unknown option `{name}`; did you mean `{known}`?"),
-        None => format!(
-            "unknown option `{name}`; the options are {}",
-            OPTIONS.join(", ")
-        ),
-    };
-    syn::Error::new(key.span(), message)
-}
-
-/// The known option nearest to `word`, if within two edits (typos, not different words).
-pub(crate) fn closest(word: &str) -> Option<&'static str> {
-    OPTIONS
-        .iter()
-        .map(|known| (edit_distance(word, known), *known))
-        .filter(|(d, _)| *d <= 2)
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, known)| known)
-}
-
-/// Levenshtein distance over chars, one row at a time.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (above + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = above;
-        }
-    }
-    row[b.len()]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use quote::quote;
-
-    #[test]
-    fn suggests_near_options_only() {
-        assert_eq!(closest("tll"), Some("ttl"));
-        assert_eq!(closest("max_exe"), Some("max_exec"));
-        assert_eq!(closest("maxexec"), Some("max_exec"));
-        assert_eq!(closest("lock"), Some("locker"));
-        assert_eq!(closest("timeout"), None);
-        assert_eq!(closest("key"), None);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
 
     #[test]
     fn reads_every_option() {
@@ -275,7 +241,10 @@ mod tests {
         assert_eq!(messages[3], "`ttl` is given twice; keep one");
         // The good option is kept, and the bad ones are known to have been written.
         assert!(raw.wait.is_some() && raw.ttl.is_none());
-        assert_eq!(raw.seen, ["ttl", "guard", "wait"]);
+        assert_eq!(
+            raw.seen,
+            [OptionKey::Ttl, OptionKey::Guard, OptionKey::Wait]
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! The key template: text with `{param}` placeholders; `{{` and `}}` stand for literal braces.
+//! The key template: text with `{param}` placeholders.
 //!
 //! Placeholders are plain parameter names, nothing else (no fields, indexes or format specs):
 //! the key is what other processes contend on, so it should read the same in the source and in
-//! Redis.
+//! Redis. The text cannot hold braces, not even as `{{` or `}}`: the runtime wraps the name in a
+//! Redis Cluster hash tag, `lock:{<name>}`, which a brace inside the name would end early.
 
 /// A run of literal text, or a placeholder naming a parameter.
 #[derive(Debug, PartialEq, Eq)]
@@ -22,16 +23,13 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Piece>, String> {
     let mut chars = template.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '{' if chars.peek() == Some(&'{') => {
-                chars.next();
-                text.push('{');
-            }
-            '}' if chars.peek() == Some(&'}') => {
-                chars.next();
-                text.push('}');
-            }
+            '{' | '}' if chars.peek() == Some(&c) => return Err(literal_brace(c)),
             '}' => {
-                return Err("unmatched `}` in the lock name: write `}}` for a literal `}`".into());
+                return Err(
+                    "unmatched `}` in the lock name: braces only surround placeholders, like `{id}`; \
+                     remove it, or open the placeholder with `{`"
+                        .into(),
+                );
             }
             '{' => {
                 let mut inner = String::new();
@@ -41,7 +39,7 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Piece>, String> {
                         Some(c) => inner.push(c),
                         None => {
                             return Err(format!(
-                                "unclosed `{{{inner}` in the lock name: close it with `}}`, or write `{{{{` for a literal `{{`"
+                                "unclosed `{{{inner}` in the lock name: close it with `}}`"
                             ));
                         }
                     }
@@ -58,6 +56,16 @@ pub(crate) fn parse(template: &str) -> Result<Vec<Piece>, String> {
         pieces.push(Piece::Text(text));
     }
     Ok(pieces)
+}
+
+/// Why `{{` or `}}` (a literal brace in other format strings) cannot be used here.
+fn literal_brace(brace: char) -> String {
+    format!(
+        "`{brace}{brace}` in the lock name would put a `{brace}` in the key: keys are `lock:{{<name>}}`, \
+         and that `{{...}}` hash tag keeps a lock's keys (lock, fence counter, waiters) in one \
+         Redis Cluster slot, which a brace in the name breaks; use another character, such as \
+         `:` or `-`"
+    )
 }
 
 /// Checks the inside of `{...}` is an identifier, and returns it without `r#`.
@@ -83,12 +91,13 @@ fn placeholder(inner: &str) -> Result<String, String> {
     Ok(name.to_owned())
 }
 
-/// The `format!` string for these pieces: each placeholder becomes a positional `{}`.
+/// The `format!` string for these pieces: each placeholder becomes a positional `{}` (the text
+/// holds no braces to escape).
 pub(crate) fn format_string(pieces: &[Piece]) -> String {
     let mut out = String::new();
     for piece in pieces {
         match piece {
-            Piece::Text(text) => out.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Piece::Text(text) => out.push_str(text),
             Piece::Param(_) => out.push_str("{}"),
         }
     }
@@ -123,19 +132,32 @@ mod tests {
     }
 
     #[test]
-    fn doubled_braces_are_literal() {
-        assert_eq!(parse("{{x}}").unwrap(), vec![text("{x}")]);
-        assert_eq!(
-            parse("a{{{b}}}c").unwrap(),
-            vec![text("a{"), param("b"), text("}c")]
+    fn doubled_braces_are_refused_for_the_hash_tag() {
+        for bad in ["{{x}}", "a{{{b}}}c", "}}", "job:{id}}}", "{{"] {
+            let err = parse(bad).unwrap_err();
+            assert!(
+                err.contains("hash tag")
+                    && err.contains("Redis Cluster slot")
+                    && err.contains("such as `:` or `-`"),
+                "{bad}: {err}"
+            );
+        }
+        assert!(
+            parse("{{")
+                .unwrap_err()
+                .starts_with("`{{` in the lock name")
         );
-        assert_eq!(parse("}}").unwrap(), vec![text("}")]);
+        assert!(
+            parse("a}}")
+                .unwrap_err()
+                .starts_with("`}}` in the lock name")
+        );
     }
 
     #[test]
-    fn format_string_escapes_text_again() {
-        let pieces = parse("{{lit}}:{a}:}}").unwrap();
-        assert_eq!(format_string(&pieces), "{{lit}}:{}:}}");
+    fn format_string_has_one_slot_per_placeholder() {
+        let pieces = parse("lit:{a}:{b}-").unwrap();
+        assert_eq!(format_string(&pieces), "lit:{}:{}-");
         assert_eq!(format_string(&parse("x").unwrap()), "x");
     }
 

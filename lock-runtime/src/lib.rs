@@ -45,25 +45,7 @@ pub mod testing;
 
 pub use error::{LockError, LostReason};
 pub use lease::Lease;
-/// ```no_run
-/// use lock_runtime::{distributed_lock, LockError, Locker};
-///
-/// struct Billing {
-///     locker: Locker,
-/// }
-///
-/// impl Billing {
-///     /// One run per tenant at a time across every instance of the service.
-///     #[distributed_lock(name = "invoice:{tenant}", ttl = "30s", wait = "5s", locker = self.locker, guard = lease)]
-///     async fn close_books(&self, tenant: &str) -> Result<u64, LockError> {
-///         Ok(lease.fence())
-///     }
-/// }
-///
-/// /// A scheduled job: `()` logs lock failures through `tracing` and returns.
-/// #[distributed_lock(name = "nightly-report", ttl = "10m", min_hold = "1m")]
-/// async fn nightly_report() {}
-/// ```
+#[doc = include_str!("attribute.md")]
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
 pub use locker::{

@@ -26,8 +26,29 @@ pub struct LockOptions {
 
 /// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms`.
 pub const fn drift(ttl: Duration) -> Duration {
-    let ms = ttl.as_millis() as u64;
-    Duration::from_millis(ms / 100 + 2)
+    Duration::from_millis(lock_rules::drift_ms(whole_millis(ttl)))
+}
+
+/// `d` in milliseconds, rounded down (saturating: no lock lasts 584 million years).
+const fn whole_millis(d: Duration) -> u64 {
+    let ms = d.as_millis();
+    if ms > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ms as u64
+    }
+}
+
+/// `d` in milliseconds, rounded up. The rules compare whole milliseconds; rounding a sub-ms
+/// `max_exec`, `renew` or `min_hold` up keeps their upper bounds exact (the bounds are whole) and
+/// can only reject a `renew` within half a millisecond of an odd ttl's half.
+fn millis_up(d: Duration) -> u64 {
+    let ms = whole_millis(d);
+    if d.subsec_nanos().is_multiple_of(1_000_000) {
+        ms
+    } else {
+        ms.saturating_add(1)
+    }
 }
 
 impl LockOptions {
@@ -80,7 +101,7 @@ impl LockOptions {
     pub const fn max_exec(&self) -> Duration {
         match self.max_exec {
             Some(d) => d,
-            None => self.ttl.saturating_sub(drift(self.ttl)),
+            None => Duration::from_millis(lock_rules::default_max_exec_ms(whole_millis(self.ttl))),
         }
     }
 
@@ -88,7 +109,7 @@ impl LockOptions {
     pub const fn renew(&self) -> Duration {
         match self.renew {
             Some(d) => d,
-            None => Duration::from_millis(self.ttl.as_millis() as u64 / 3),
+            None => Duration::from_millis(lock_rules::default_renew_ms(whole_millis(self.ttl))),
         }
     }
 
@@ -108,49 +129,111 @@ impl LockOptions {
         drift(self.ttl)
     }
 
-    /// Checks the rules of the attribute's table; the error says which rule failed.
+    /// Checks the rules of the attribute's table (the same code checks the attribute when it
+    /// compiles); the error names every rule that failed and what to do.
     pub fn validate(&self) -> Result<(), LockError> {
         self.validate_for("")
     }
 
     pub(crate) fn validate_for(&self, name: &str) -> Result<(), LockError> {
+        let broken = self
+            .broken_rules()
+            .map_err(|message| LockError::config(name, message))?;
+        if broken.is_empty() {
+            return Ok(());
+        }
+        let messages: Vec<String> = broken.into_iter().map(|b| b.message).collect();
+        Err(LockError::config(name, messages.join("; ")))
+    }
+
+    /// The rules these options break; `Err` for a ttl that is not whole milliseconds (Redis keeps
+    /// expiries in milliseconds, so the lease would not be the length asked for).
+    fn broken_rules(&self) -> Result<Vec<lock_rules::Broken>, String> {
         let ttl = self.ttl;
-        if ttl < Duration::from_millis(1) || !ttl.subsec_nanos().is_multiple_of(1_000_000) {
-            return Err(LockError::config(
-                name,
-                format!("ttl = {ttl:?} must be a whole number of milliseconds, at least 1ms"),
+        if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(format!(
+                "ttl = {ttl:?} must be a whole number of milliseconds, at least {}ms; round it",
+                lock_rules::MIN_TTL_MS
             ));
         }
-        let limit = ttl.saturating_sub(drift(ttl));
-        let max_exec = self.max_exec();
-        if max_exec.is_zero() || max_exec > limit {
-            return Err(LockError::config(
-                name,
-                format!(
-                    "max_exec = {max_exec:?} must be above zero and at most ttl - (ttl/100 + 2ms) = {limit:?}, \
-                     so the body is stopped before the key can expire; raise ttl or lower max_exec"
-                ),
-            ));
+        Ok(lock_rules::check(lock_rules::Durations {
+            ttl: whole_millis(ttl),
+            max_exec: self.max_exec.map(millis_up),
+            renew: self.renew.map(millis_up),
+            min_hold: Some(millis_up(self.min_hold)),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(durations: lock_rules::Durations) -> LockOptions {
+        let ms = Duration::from_millis;
+        let mut opts = LockOptions::new(ms(durations.ttl));
+        if let Some(max_exec) = durations.max_exec {
+            opts = opts.with_max_exec(ms(max_exec));
         }
-        let renew = self.renew();
-        if renew.is_zero() || renew > ttl / 2 {
-            return Err(LockError::config(
-                name,
-                format!(
-                    "renew = {renew:?} must be above zero and at most ttl/2 = {:?}",
-                    ttl / 2
-                ),
-            ));
+        if let Some(renew) = durations.renew {
+            opts = opts.with_renew(ms(renew));
         }
-        if self.min_hold > ttl {
-            return Err(LockError::config(
-                name,
-                format!(
-                    "min_hold = {:?} must be at most ttl = {ttl:?}",
-                    self.min_hold
-                ),
-            ));
+        if let Some(min_hold) = durations.min_hold {
+            opts = opts.with_min_hold(ms(min_hold));
         }
-        Ok(())
+        opts
+    }
+
+    /// The same table as the attribute's test in lock-macros: both accept and reject alike.
+    #[test]
+    fn validate_follows_the_shared_rules_table() {
+        for case in lock_rules::CASES {
+            let opts = options(case.durations);
+            let broken = opts.broken_rules().unwrap();
+            let blamed: Vec<_> = broken.iter().map(|b| b.key).collect();
+            assert_eq!(blamed, case.blamed, "{case:?}");
+            match opts.validate_for("job") {
+                Ok(()) => assert!(case.blamed.is_empty(), "{case:?}"),
+                Err(LockError::Config { name, message }) => {
+                    assert_eq!(name, "job");
+                    let expected: Vec<String> = broken.into_iter().map(|b| b.message).collect();
+                    assert_eq!(message, expected.join("; "));
+                }
+                Err(other) => panic!("{other}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sub_millisecond_values() {
+        let us = Duration::from_micros;
+        let err = LockOptions::new(us(1_500))
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("whole number of milliseconds, at least 3ms"),
+            "{err}"
+        );
+        // Other options may have sub-ms parts; their upper bounds stay exact.
+        let ttl = LockOptions::new(Duration::from_secs(30));
+        assert!(ttl.with_max_exec(us(29_698_000)).validate().is_ok());
+        assert!(ttl.with_max_exec(us(29_698_001)).validate().is_err());
+        assert!(ttl.with_max_exec(us(1)).validate().is_ok());
+        assert!(ttl.with_renew(us(14_999_999)).validate().is_ok());
+        assert!(ttl.with_renew(us(15_000_001)).validate().is_err());
+        assert!(ttl.with_min_hold(us(30_000_001)).validate().is_err());
+    }
+
+    #[test]
+    fn getters_give_the_effective_values() {
+        let ms = Duration::from_millis;
+        let opts = LockOptions::new(ms(30_000));
+        assert_eq!(opts.max_exec(), ms(29_698));
+        assert_eq!(opts.renew(), ms(10_000));
+        assert_eq!(opts.drift(), ms(302));
+        assert_eq!(drift(ms(150)), ms(3));
+        assert_eq!(opts.wait(), Duration::ZERO);
+        assert_eq!(opts.min_hold(), Duration::ZERO);
     }
 }

@@ -10,4 +10,10 @@ async fn job() -> Result<u32, AppError> {
     Err(AppError::NotFound)
 }
 
+// The error type is blamed, at its last name.
+#[distributed_lock(name = "format", ttl = "10s")]
+async fn format() -> Result<(), std::fmt::Error> {
+    Ok(())
+}
+
 fn main() {}

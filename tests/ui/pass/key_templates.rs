@@ -1,7 +1,7 @@
-//! Key templates: escaped braces, raw identifiers, repeated and adjacent placeholders.
+//! Key templates: raw identifiers, repeated and adjacent placeholders.
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(name = "{{literal}}:{r#type}:{id}{id}", ttl = "5s")]
+#[distributed_lock(name = "literal:{r#type}:{id}{id}", ttl = "5s")]
 async fn braces(r#type: &str, id: u8) -> Result<(), LockError> {
     let _ = r#type;
     Ok(())

@@ -1,0 +1,350 @@
+//! The rules between the durations of one lock (`ttl`, `max_exec`, `renew`, `min_hold`), written
+//! once. `lock-macros` checks them when `#[distributed_lock]` compiles and `lock-runtime` when
+//! `LockOptions` are used, so both accept the same options and say the same words about the rest.
+//! Use them through `lock-runtime`; this crate exists because the proc-macro crate cannot depend
+//! on the runtime (the runtime depends on it).
+//!
+//! Everything is in whole milliseconds, the unit Redis keeps expiries in.
+
+use std::fmt;
+
+/// The shortest lease: below it, the default `max_exec = ttl - drift` would leave the body no time.
+pub const MIN_TTL_MS: u64 = 3;
+
+/// The clock drift allowed for a lease of `ttl_ms`: `ttl/100 + 2ms` (clock rates may differ by 1%,
+/// plus a little for the round trip). A lease is valid until `ttl - drift` after it was granted.
+pub const fn drift_ms(ttl_ms: u64) -> u64 {
+    ttl_ms / 100 + 2
+}
+
+/// The default and largest `max_exec`: `ttl - drift`, so that the body always ends before the key
+/// can expire.
+pub const fn default_max_exec_ms(ttl_ms: u64) -> u64 {
+    ttl_ms.saturating_sub(drift_ms(ttl_ms))
+}
+
+/// The default renewal period: `ttl / 3`, two tries at renewing before the key could expire.
+pub const fn default_renew_ms(ttl_ms: u64) -> u64 {
+    ttl_ms / 3
+}
+
+/// An option that a rule can blame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DurationKey {
+    /// `ttl`: the lease length.
+    Ttl,
+    /// `max_exec`: how long the body may run.
+    MaxExec,
+    /// `renew`: the renewal period.
+    Renew,
+    /// `min_hold`: how long the key is kept at least.
+    MinHold,
+}
+
+impl DurationKey {
+    /// The option's name as users write it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Ttl => "ttl",
+            Self::MaxExec => "max_exec",
+            Self::Renew => "renew",
+            Self::MinHold => "min_hold",
+        }
+    }
+}
+
+impl fmt::Display for DurationKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The durations of one lock in milliseconds; `None` for an option left at its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Durations {
+    /// The lease length.
+    pub ttl: u64,
+    /// The body's time limit (default [`default_max_exec_ms`]).
+    pub max_exec: Option<u64>,
+    /// The renewal period (default [`default_renew_ms`]).
+    pub renew: Option<u64>,
+    /// The minimum hold (default 0).
+    pub min_hold: Option<u64>,
+}
+
+/// One broken rule: the option to blame and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    /// The option whose value breaks the rule.
+    pub key: DurationKey,
+    /// What is wrong and what to do, naming the option and its value.
+    pub message: String,
+}
+
+/// Every rule the durations break, in the order `ttl`, `max_exec`, `renew`, `min_hold`:
+///
+/// - `ttl >= 3ms`, so that `ttl - drift` is above zero (when it fails, nothing else is checked:
+///   every other rule is relative to ttl);
+/// - `0 < max_exec <= ttl - drift`, so the body is stopped before the key can expire;
+/// - `0 < renew <= ttl / 2`, so a failed renewal can be retried before the key expires;
+/// - `min_hold <= ttl`, since the key cannot be kept past its lease.
+pub fn check(durations: Durations) -> Vec<Broken> {
+    let Durations {
+        ttl,
+        max_exec,
+        renew,
+        min_hold,
+    } = durations;
+    let broken = |key, message| Broken { key, message };
+    if ttl < MIN_TTL_MS {
+        return vec![broken(
+            DurationKey::Ttl,
+            format!(
+                "ttl = {} is too short: the body may run for ttl - (ttl/100 + 2ms), so ttl must be at \
+                 least {}; raise ttl",
+                format_ms(ttl),
+                format_ms(MIN_TTL_MS)
+            ),
+        )];
+    }
+    let mut all = Vec::new();
+    let limit = default_max_exec_ms(ttl);
+    match max_exec {
+        Some(0) => all.push(broken(
+            DurationKey::MaxExec,
+            "max_exec must be above zero: it is how long the body may run; leave it out for the \
+             default, ttl - (ttl/100 + 2ms)"
+                .to_owned(),
+        )),
+        Some(max) if max > limit => all.push(broken(
+            DurationKey::MaxExec,
+            format!(
+                "max_exec = {} is too long for ttl = {}: it must be at most ttl - (ttl/100 + 2ms) = {}, \
+                 so the body is stopped before the key can expire; lower max_exec or raise ttl",
+                format_ms(max),
+                format_ms(ttl),
+                format_ms(limit)
+            ),
+        )),
+        _ => {}
+    }
+    match renew {
+        Some(0) => all.push(broken(
+            DurationKey::Renew,
+            "renew must be above zero: it is how often the lease is renewed; leave it out for the \
+             default, ttl/3"
+                .to_owned(),
+        )),
+        // `every > ttl / 2` without rounding ttl/2 down (and without overflowing `every * 2`).
+        Some(every) if u128::from(every) * 2 > u128::from(ttl) => all.push(broken(
+            DurationKey::Renew,
+            format!(
+                "renew = {} is too long for ttl = {}: renew at least twice per lease (renew <= ttl/2), \
+                 so a failed renewal can be retried before the key expires; lower renew or raise ttl",
+                format_ms(every),
+                format_ms(ttl)
+            ),
+        )),
+        _ => {}
+    }
+    if let Some(hold) = min_hold.filter(|hold| *hold > ttl) {
+        all.push(broken(
+            DurationKey::MinHold,
+            format!(
+                "min_hold = {} must be at most ttl = {}: the key cannot be kept past its lease; lower \
+                 min_hold or raise ttl",
+                format_ms(hold),
+                format_ms(ttl)
+            ),
+        ));
+    }
+    all
+}
+
+/// Milliseconds the way durations are written in the attribute: `"1m 30s"`, `"29s 698ms"`.
+pub fn format_ms(ms: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "m"),
+        (1_000, "s"),
+        (1, "ms"),
+    ];
+    if ms == 0 {
+        return "0s".to_owned();
+    }
+    let mut rest = ms;
+    let mut parts = Vec::new();
+    for (size, unit) in UNITS {
+        if rest >= size {
+            parts.push(format!("{}{unit}", rest / size));
+            rest %= size;
+        }
+    }
+    parts.join(" ")
+}
+
+/// One row of the rules' test table: durations and the options they should blame, in order.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Case {
+    pub durations: Durations,
+    pub blamed: &'static [DurationKey],
+}
+
+const fn case(
+    ttl: u64,
+    max_exec: Option<u64>,
+    renew: Option<u64>,
+    min_hold: Option<u64>,
+    blamed: &'static [DurationKey],
+) -> Case {
+    Case {
+        durations: Durations {
+            ttl,
+            max_exec,
+            renew,
+            min_hold,
+        },
+        blamed,
+    }
+}
+
+/// The table that the macro's tests and the runtime's tests both run, so that the attribute and
+/// `LockOptions` are seen to accept and reject the same options. Not a public API.
+#[doc(hidden)]
+pub const CASES: &[Case] = {
+    use DurationKey::{MaxExec, MinHold, Renew, Ttl};
+    &[
+        // ttl: at least 3ms; when it is too short nothing else is judged.
+        case(0, None, None, None, &[Ttl]),
+        case(2, None, None, None, &[Ttl]),
+        case(2, Some(0), Some(9), Some(9), &[Ttl]),
+        case(3, None, None, None, &[]),
+        case(30_000, None, None, None, &[]),
+        // max_exec <= ttl - drift. ttl 3ms: drift 2ms, limit 1ms.
+        case(3, Some(1), None, None, &[]),
+        case(3, Some(2), None, None, &[MaxExec]),
+        // ttl 150ms: drift = 1 + 2 ms (ttl/100 rounds down), limit 147ms.
+        case(150, Some(147), None, None, &[]),
+        case(150, Some(148), None, None, &[MaxExec]),
+        // ttl 30s: drift = 300 + 2 ms, limit 29_698ms.
+        case(30_000, Some(29_698), None, None, &[]),
+        case(30_000, Some(29_699), None, None, &[MaxExec]),
+        case(30_000, Some(0), None, None, &[MaxExec]),
+        // 0 < renew <= ttl/2, with ttl/2 not rounded: 3ms / 2 = 1.5ms.
+        case(3, None, Some(1), None, &[]),
+        case(3, None, Some(2), None, &[Renew]),
+        case(30_000, None, Some(15_000), None, &[]),
+        case(30_000, None, Some(15_001), None, &[Renew]),
+        case(30_000, None, Some(0), None, &[Renew]),
+        case(30_000, None, Some(31_536_000_000), None, &[Renew]),
+        // min_hold <= ttl.
+        case(30_000, None, None, Some(0), &[]),
+        case(30_000, None, None, Some(30_000), &[]),
+        case(30_000, None, None, Some(30_001), &[MinHold]),
+        // Every rule at once, and every option at its limit.
+        case(
+            1_000,
+            Some(1_000),
+            Some(600),
+            Some(2_000),
+            &[MaxExec, Renew, MinHold],
+        ),
+        case(1_000, Some(988), Some(500), Some(1_000), &[]),
+        case(
+            86_400_000,
+            Some(85_535_998),
+            Some(43_200_000),
+            Some(86_400_000),
+            &[],
+        ),
+    ]
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_holds() {
+        for case in CASES {
+            let blamed: Vec<DurationKey> = check(case.durations).iter().map(|b| b.key).collect();
+            assert_eq!(blamed, case.blamed, "{case:?}");
+        }
+    }
+
+    #[test]
+    fn huge_values_do_not_overflow() {
+        let huge = Durations {
+            ttl: u64::MAX,
+            max_exec: Some(u64::MAX),
+            renew: Some(u64::MAX),
+            min_hold: Some(u64::MAX),
+        };
+        let blamed: Vec<DurationKey> = check(huge).iter().map(|b| b.key).collect();
+        assert_eq!(blamed, [DurationKey::MaxExec, DurationKey::Renew]);
+    }
+
+    #[test]
+    fn defaults_and_drift() {
+        assert_eq!(drift_ms(0), 2);
+        assert_eq!(drift_ms(150), 3);
+        assert_eq!(drift_ms(30_000), 302);
+        assert_eq!(default_max_exec_ms(30_000), 29_698);
+        assert_eq!(default_max_exec_ms(MIN_TTL_MS), 1);
+        assert_eq!(default_max_exec_ms(1), 0);
+        assert_eq!(default_renew_ms(30_000), 10_000);
+        // The defaults always pass the rules.
+        for ttl in [MIN_TTL_MS, 4, 99, 100, 101, 150, 1_000, 30_000, 86_400_000] {
+            let durations = Durations {
+                ttl,
+                max_exec: Some(default_max_exec_ms(ttl)),
+                renew: Some(default_renew_ms(ttl)),
+                min_hold: Some(0),
+            };
+            assert_eq!(check(durations), [], "ttl {ttl}");
+        }
+    }
+
+    #[test]
+    fn messages_name_the_option_its_value_and_what_to_do() {
+        let message = |d| check(d).remove(0).message;
+        let too_long = message(Durations {
+            ttl: 30_000,
+            max_exec: Some(30_000),
+            ..Durations::default()
+        });
+        assert!(
+            too_long.starts_with("max_exec = 30s is too long for ttl = 30s")
+                && too_long.contains("= 29s 698ms")
+                && too_long.ends_with("lower max_exec or raise ttl"),
+            "{too_long}"
+        );
+        let short = message(Durations {
+            ttl: 1,
+            ..Durations::default()
+        });
+        assert!(
+            short.starts_with("ttl = 1ms is too short") && short.contains("at least 3ms"),
+            "{short}"
+        );
+        for broken in check(Durations {
+            ttl: 1_000,
+            max_exec: Some(0),
+            renew: Some(0),
+            min_hold: Some(1_001),
+        }) {
+            assert!(broken.message.starts_with(broken.key.name()), "{broken:?}");
+        }
+    }
+
+    #[test]
+    fn formats_like_the_attribute_is_written() {
+        assert_eq!(format_ms(0), "0s");
+        assert_eq!(format_ms(7), "7ms");
+        assert_eq!(format_ms(29_698), "29s 698ms");
+        assert_eq!(format_ms(90_000), "1m 30s");
+        assert_eq!(format_ms(86_400_000 + 3_600_000 + 1), "1d 1h 1ms");
+    }
+}
