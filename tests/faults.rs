@@ -937,7 +937,7 @@ async fn s7_restarted_redis_the_holder_learns_at_its_next_renewal() {
     }
     assert_eq!(learned, rounds);
     // Without persistence the fence counter is lost with the data set; it restarts from the
-    // server's clock, so successive holders still get growing fences (see docs/guarantees.md).
+    // server's clock, so successive holders still get growing fences (README, "Fences").
     println!("fences of successive holders of one name, a restart between each: {fences:?}");
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),

@@ -6,7 +6,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_runtime::testing::{FaultProxy, RedisServer, ServerClock};
 use lock_runtime::{LockError, LockOptions, Locker, LostReason};
 use support::{Env, eventually, ms, opts, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
@@ -441,4 +441,141 @@ async fn a_nested_call_on_a_held_name_runs_under_the_held_lease() {
         .await
         .unwrap();
     assert!(matches!(err, Err(LockError::Busy { .. })), "{err:?}");
+}
+
+// Defect 8: waiter places expired by the server's wall clock, so a step back kept a vanished
+// waiter's place alive and the free lock was refused to everyone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_clock_step_back_does_not_keep_a_vanished_waiters_place() {
+    let clock = ServerClock::new();
+    let server = RedisServer::start_with_clock(&clock, &[]);
+    let direct = Locker::connect(&server.url()).await.unwrap();
+    let holder = direct.acquire("clock-q", &opts(2_000)).await.unwrap();
+    // A waiter that queues first, then vanishes: its link goes silent for good.
+    let (proxy, vanishing) = proxied(&server).await;
+    let ghost = tokio::spawn(async move {
+        vanishing
+            .acquire("clock-q", &opts(2_000).with_wait(ms(60_000)))
+            .await
+    });
+    let queue = format!("{}:waiters", direct.key_of("clock-q"));
+    eventually(ms(3_000), "the vanishing waiter queued", || async {
+        let n: usize = query(&server.url(), redis::cmd("ZCARD").arg(&queue)).await;
+        n == 1
+    })
+    .await;
+    proxy.blackhole();
+    // The fault: the server's clock goes back an hour.
+    let before: (u64, u64) = query(&server.url(), &redis::cmd("TIME")).await;
+    clock.step_back(ms(3_600_000));
+    let after: (u64, u64) = query(&server.url(), &redis::cmd("TIME")).await;
+    assert!(after.0 + 3_500 < before.0, "the server clock stepped back");
+    holder.release().await.unwrap();
+    // A live waiter gets the free lock once the vanished one outstayed its grace, not in an hour.
+    let start = Instant::now();
+    let lease = direct
+        .acquire("clock-q", &opts(2_000).with_wait(ms(10_000)))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < ms(2_000),
+        "the free lock waited {:?} behind a vanished waiter",
+        start.elapsed()
+    );
+    // The vanished waiter really was first in line when the lock came free.
+    let evictions_possible = start.elapsed() >= ms(250);
+    assert!(evictions_possible, "got it after {:?}", start.elapsed());
+    lease.release().await.unwrap();
+    ghost.abort();
+}
+
+// Where the server clock does matter (README, "Clocks"): Redis expires keys by its wall clock, so
+// a forward step expires a held key early. The holder learns it at its next renewal, and the
+// fence of whoever took the key in between is higher, so a fenced store refuses the first.
+#[tokio::test]
+async fn a_server_clock_step_forward_expires_a_held_key_and_the_holder_learns_it() {
+    let clock = ServerClock::new();
+    let server = RedisServer::start_with_clock(&clock, &[]);
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let first = locker
+        .acquire("clock-fwd", &opts(3_000).with_renew(ms(1_000)))
+        .await
+        .unwrap();
+    clock.step_forward(ms(10_000));
+    // The fault: the key expired at once, and someone else takes it.
+    let second = locker
+        .acquire("clock-fwd", &opts(3_000).with_wait(ms(500)))
+        .await
+        .unwrap();
+    assert!(second.fence() > first.fence());
+    let reason = timeout(ms(2_500), first.lost()).await.unwrap();
+    assert_eq!(reason, LostReason::NotOwner);
+    second.release().await.unwrap();
+}
+
+// The nested call's own max_exec still bounds its body, under the held lease.
+#[tokio::test]
+async fn a_nested_call_keeps_its_own_max_exec() {
+    let env = Env::start().await;
+    let locker = env.locker.clone();
+    let outer = opts(5_000).with_wait(ms(100));
+    let inner = opts(5_000).with_max_exec(ms(50));
+    let (nested, still_held) = env
+        .locker
+        .run("nested-max", &outer, async |lease| {
+            let nested = locker
+                .run("nested-max", &inner, async |_| sleep(ms(1_000)).await)
+                .await;
+            (nested, lease.is_held())
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(nested, Err(LockError::MaxExecExceeded { .. })),
+        "{nested:?}"
+    );
+    assert!(
+        still_held,
+        "the outer lease is untouched by the nested call's end"
+    );
+}
+
+// Fence counters are not kept forever: they expire after the locker's retention (7 days by
+// default), or never with `fence_retention(None)`.
+#[tokio::test]
+async fn fence_counters_expire_after_the_retention() {
+    let env = Env::start().await;
+    let fence_key = |name: &str| format!("{}:fence", env.key(name));
+    env.locker
+        .acquire("kept", &opts(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let week = 7 * 24 * 3_600_000;
+    let pttl = env.pttl(&fence_key("kept")).await;
+    assert!(pttl > week - 60_000 && pttl <= week, "PTTL {pttl}");
+    let forever = Locker::builder()
+        .url(env.server.url())
+        .fence_retention(None)
+        .connect()
+        .await
+        .unwrap();
+    forever
+        .acquire("forever", &opts(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(env.pttl(&fence_key("forever")).await, -1);
+    // After the counter expired, fences still grow (they start from the server clock).
+    let before = forever.acquire("forever", &opts(1_000)).await.unwrap();
+    let f1 = before.fence();
+    before.release().await.unwrap();
+    env.del(&fence_key("forever")).await;
+    let after = forever.acquire("forever", &opts(1_000)).await.unwrap();
+    assert!(after.fence() > f1);
+    after.release().await.unwrap();
 }

@@ -669,3 +669,92 @@ async fn a_waiter_retries_while_a_majority_is_down() {
     assert!(lease.is_held());
     lease.release().await.unwrap();
 }
+
+// Issue 9, defect 2 on Redlock: an acquire dropped while its requests are out is undone on every
+// node the requests reached, about one round trip later, not at the end of the ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
+    let nodes = Nodes::start(3);
+    let mut proxies = Vec::new();
+    for s in &nodes.servers {
+        proxies.push(FaultProxy::start(s.addr()).await);
+    }
+    let slow = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(3_000));
+    // Scripts loaded first, so that the delayed acquire is one round trip.
+    slow.acquire("warm", &opts(1_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let direct = nodes.locker(ms(1_000));
+    let key = direct.key_of("dropped");
+    for p in &proxies {
+        p.delay(ms(100));
+    }
+    let gave_up = tokio::time::timeout(ms(150), slow.acquire("dropped", &opts(10_000))).await;
+    assert!(gave_up.is_err(), "the acquire should still have been out");
+    // The fault is real: every node granted it to the caller that gave up.
+    assert_eq!(nodes.holders(&key).await.len(), 3);
+    let start = Instant::now();
+    let lease = direct
+        .acquire("dropped", &opts(10_000).with_wait(ms(5_000)))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() < ms(1_000),
+        "the next caller waited {:?}, not about one round trip",
+        start.elapsed()
+    );
+    lease.release().await.unwrap();
+}
+
+// Issue 9, defect 1 on Redlock: fences keep growing across restarts that load older snapshots.
+#[tokio::test]
+async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(1_000));
+    let o = opts(5_000);
+    let mut fences = Vec::new();
+    for round in 0..2 {
+        for _ in 0..3 {
+            let lease = locker.acquire("snap", &o).await.unwrap();
+            fences.push(lease.fence());
+            lease.release().await.unwrap();
+        }
+        if round == 0 {
+            for i in 0..3 {
+                let () = nodes.query(i, &redis::cmd("SAVE")).await;
+            }
+        }
+    }
+    for s in &nodes.servers {
+        s.kill();
+        s.restart();
+    }
+    let fence_key = format!("{}:fence", locker.key_of("snap"));
+    for i in 0..3 {
+        let counter: u64 = nodes.get(i, &fence_key).await.unwrap().parse().unwrap();
+        assert!(
+            counter < fences[5],
+            "node {i} came back with the older counter"
+        );
+    }
+    let until = Instant::now() + ms(5_000);
+    for _ in 0..3 {
+        let lease = loop {
+            match locker.acquire("snap", &o).await {
+                Err(LockError::QuorumUnavailable { .. }) if Instant::now() < until => {
+                    tokio::time::sleep(ms(10)).await
+                }
+                other => break other.unwrap(),
+            }
+        };
+        fences.push(lease.fence());
+        lease.release().await.unwrap();
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences must strictly increase across the restarts: {fences:?}"
+    );
+}

@@ -1,8 +1,11 @@
 //! Scenario 9 of issue 4: a soak. 16 tasks on 4 lockers (one straight to Redis, three through
 //! fault proxies) run mixed locked sections on one name for `SOAK_SECS` seconds (default 60)
-//! while random faults hit: proxy delays, blackholes and resets, Redis frozen, and one Redis
-//! restart. Then: 0 safety violations in the fenced store's history, and once every locker is
-//! dropped, the runtime's task count and Redis's client list are back to their baseline.
+//! while random faults hit: proxy delays, blackholes and resets, Redis frozen, callers dropped
+//! at random points of acquire, wait, body and release, and one Redis crash (`kill -9`) and
+//! restart that loads an older snapshot (taken a third of the way in). Then: 0 safety violations
+//! in the fenced store's history; fences grow in real-time order across everything, the restart
+//! included; and once every locker is dropped, the runtime's task count and Redis's client list
+//! are back to their baseline.
 //!
 //! `#[ignore]`d: run it with `cargo test --test soak -- --include-ignored` (the README's test
 //! command and `.ci/run` do). `SOAK_SEED` replays a run (the seed is printed).
@@ -95,6 +98,42 @@ impl std::fmt::Display for Counts {
 
 const NAME: &str = "soak";
 
+/// Every lease handed out: when its call began, when the lease was in hand, and its fence.
+#[derive(Default)]
+struct Grants(std::sync::Mutex<Vec<(Instant, Instant, u64)>>);
+
+impl Grants {
+    fn record(&self, began: Instant, fence: u64) {
+        self.0.lock().unwrap().push((began, Instant::now(), fence));
+    }
+
+    /// Pairs where a lease handed out entirely after another one has a fence that is not above
+    /// it: `(earlier fence, later fence)`.
+    fn backwards(&self) -> Vec<(u64, u64)> {
+        let mut grants = self.0.lock().unwrap().clone();
+        grants.sort_by_key(|&(_, got, _)| got);
+        // Highest fence among the grants in hand at or before each point.
+        let mut best = Vec::with_capacity(grants.len());
+        let mut max = 0;
+        for &(_, _, fence) in &grants {
+            max = max.max(fence);
+            best.push(max);
+        }
+        let mut out = Vec::new();
+        for &(began, _, fence) in &grants {
+            let before = grants.partition_point(|&(_, got, _)| got < began);
+            if before > 0 && best[before - 1] >= fence {
+                out.push((best[before - 1], fence));
+            }
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
 /// A fenced read-modify-write, with a pause between the read and the write.
 async fn section(store: &FencedStore, client: &str, lease: &Lease, pause: Duration) {
     let entered = store
@@ -115,6 +154,7 @@ async fn worker(
     locker: Locker,
     store: FencedStore,
     counts: Arc<Counts>,
+    grants: Arc<Grants>,
     until: Instant,
 ) {
     let mut rng = Rng::new(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -128,23 +168,47 @@ async fn worker(
         } else {
             rng.ms(0, 5)
         };
-        match rng.below(6) {
+        let began = Instant::now();
+        match rng.below(8) {
             // The locked call, as the attribute makes it.
             0 | 1 => {
                 let client = format!("t{id}.run");
                 let res = locker
                     .run(NAME, &o, async |lease| {
+                        grants.record(began, lease.fence());
                         section(&store, &client, lease, pause).await
                     })
                     .await;
                 counts.record(&res);
             }
+            // The caller gives up during acquire or the wait: the future is dropped.
+            6 => match timeout(rng.ms(0, 40), locker.acquire(NAME, &o)).await {
+                Ok(Ok(lease)) => {
+                    grants.record(began, lease.fence());
+                    counts.record(&lease.release().await);
+                }
+                Ok(Err(e)) => counts.record::<()>(&Err(e)),
+                Err(_) => {
+                    counts.cancelled.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            // The caller gives up while the release is out.
+            7 => match locker.acquire(NAME, &o).await {
+                Ok(lease) => {
+                    grants.record(began, lease.fence());
+                    if timeout(rng.ms(0, 3), lease.release()).await.is_err() {
+                        counts.cancelled.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(e) => counts.record::<()>(&Err(e)),
+            },
             // By hand: acquire, section, release. Nothing cancels this section: if the lease is
             // lost meanwhile, the fence is what protects the store.
             2 => {
                 let client = format!("t{id}.manual");
                 match locker.acquire(NAME, &o).await {
                     Ok(lease) => {
+                        grants.record(began, lease.fence());
                         section(&store, &client, &lease, pause).await;
                         let released = lease.release().await;
                         counts.record(&released);
@@ -155,6 +219,7 @@ async fn worker(
             // A lease dropped without release: released in the background.
             3 => match locker.acquire(NAME, &o).await {
                 Ok(lease) => {
+                    grants.record(began, lease.fence());
                     drop(lease);
                     counts.dropped.fetch_add(1, Ordering::Relaxed);
                 }
@@ -165,6 +230,7 @@ async fn worker(
                 let client = format!("t{id}.run");
                 let give_up = rng.ms(0, 60);
                 let call = locker.run(NAME, &o, async |lease| {
+                    grants.record(began, lease.fence());
                     section(&store, &client, lease, ms(50)).await
                 });
                 match timeout(give_up, call).await {
@@ -180,6 +246,7 @@ async fn worker(
                 let o = o.with_max_exec(ms(ttl / 4));
                 let res = locker
                     .run(NAME, &o, async |lease| {
+                        grants.record(began, lease.fence());
                         section(&store, &client, lease, ms(ttl / 2)).await
                     })
                     .await;
@@ -229,6 +296,7 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
     let base_clients = tokio::task::block_in_place(|| other_clients(&server.url()));
 
     let counts = Arc::new(Counts::default());
+    let grants = Arc::new(Grants::default());
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     let mut faults = Vec::new();
@@ -249,24 +317,28 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
         ];
         let workers: Vec<_> = (0..16u64)
             .map(|id| {
-                let (locker, store, counts) = (
+                let (locker, store, counts, grants) = (
                     lockers[id as usize % 4].clone(),
                     store.clone(),
                     counts.clone(),
+                    grants.clone(),
                 );
-                tokio::spawn(worker(id, seed, locker, store, counts, until))
+                tokio::spawn(worker(id, seed, locker, store, counts, grants, until))
             })
             .collect();
 
         // The fault injector, in this task: the servers and proxies stay owned here.
         let mut rng = Rng::new(seed);
+        let save_at = started + Duration::from_secs(secs) / 3;
         let restart_at = started + Duration::from_secs(secs) * 2 / 3;
-        let mut restarted = false;
+        let (mut saved, mut restarted) = (false, false);
         while Instant::now() < until {
             tokio::time::sleep(rng.ms(100, 600)).await;
             let proxy = &proxies[rng.below(2) as usize];
             let lasting = rng.ms(50, 700);
-            let fault = if !restarted && Instant::now() >= restart_at {
+            let fault = if !saved && Instant::now() >= save_at {
+                8
+            } else if !restarted && Instant::now() >= restart_at {
                 9
             } else {
                 rng.below(5)
@@ -303,9 +375,30 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
                     proxy.reset_all();
                     proxy.pass();
                 }
+                8 => {
+                    faults.push("snapshot saved".to_owned());
+                    let mut raw = support::raw_connection(&server.url()).await;
+                    let () = redis::cmd("SAVE").query_async(&mut raw).await.unwrap();
+                    saved = true;
+                }
                 _ => {
-                    faults.push("redis restarted".to_owned());
-                    tokio::task::block_in_place(|| server.restart());
+                    let fence_key = format!("{}:fence", lockers[0].key_of(NAME));
+                    let handed_out = grants.0.lock().unwrap().iter().map(|g| g.2).max();
+                    tokio::task::block_in_place(|| {
+                        server.kill();
+                        server.restart();
+                    });
+                    // The restart loaded the older snapshot: the counter came back behind.
+                    let mut raw = support::raw_connection(&server.url()).await;
+                    let counter: Option<u64> = redis::cmd("GET")
+                        .arg(&fence_key)
+                        .query_async(&mut raw)
+                        .await
+                        .unwrap();
+                    faults.push(format!(
+                        "redis killed and restarted from the snapshot (fence counter {counter:?}, \
+                         {handed_out:?} handed out before)"
+                    ));
                     restarted = true;
                     restart_seq = Some(store.seq().await.unwrap());
                 }
@@ -342,9 +435,10 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
 
     let report = store.check().await.unwrap();
     println!("{report}");
-    // Overlaps are expected across the restart: it empties the lock server, so new holders get
-    // in while an old one is still inside its body (until its next renewal), and the fence
-    // counter restarts (the store refuses the newcomers). Any other overlap of two cancellable
+    // Overlaps are expected across the restart: the snapshot it loads does not have the key of
+    // the holder at the time of the crash, so new holders get in while that one is still inside
+    // its body (until its next renewal); their fences are higher, so the store refuses the old
+    // holder's write. Any other overlap of two cancellable
     // (`run`) sections means a body outlived its lease: printed, as the margin is the drift.
     let spans_restart = |h: &support::fenced::Hold| {
         restart_seq.is_some_and(|r| h.start <= r && h.end.is_none_or(|e| e >= r))
@@ -370,6 +464,17 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
         }
     );
     assert_eq!(report.violations(), 0, "safety violations: {report}");
+    let backwards = grants.backwards();
+    println!(
+        "{} leases handed out; fences in real-time order: {} out of order",
+        grants.len(),
+        backwards.len()
+    );
+    assert!(
+        backwards.is_empty(),
+        "a lease got a fence not above one handed out before it began: {:?}",
+        &backwards[..backwards.len().min(5)]
+    );
     // The faults happened and were felt: calls failed, leases were lost, stale writes refused.
     let felt = counts.redis.load(Ordering::Relaxed)
         + counts.lost.load(Ordering::Relaxed)

@@ -32,6 +32,7 @@ fn main() -> ExitCode {
 
 fn test() -> Result<(), String> {
     ensure_redis()?;
+    ensure_c_compiler()?;
     run("cargo", &["fmt", "--all", "--check"])?;
     let clippy = ["clippy", "--workspace", "--all-targets"];
     run("cargo", &[&clippy[..], &["--", "-D", "warnings"]].concat())?;
@@ -81,29 +82,9 @@ fn ensure_redis() -> Result<(), String> {
         return Ok(());
     }
     eprintln!("xtask: `{bin}` not found; installing the Debian package redis-server");
-    let have_apt = Command::new("apt-get").arg("--version").output().is_ok();
-    if !have_apt {
-        return Err(
-            "redis-server is missing and apt-get is not available: install Redis \
-                    (e.g. `brew install redis`) or set REDIS_SERVER_BIN to its path"
-                .to_owned(),
-        );
-    }
-    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
-    let apt = |args: &[&str]| {
-        let mut full: Vec<&str> = sudo.to_vec();
-        full.push("apt-get");
-        full.extend_from_slice(args);
-        run(full[0], &full[1..])
-    };
-    apt(&["update", "-q"])?;
-    apt(&[
-        "install",
-        "-y",
-        "-q",
-        "--no-install-recommends",
-        "redis-server",
-    ])?;
+    apt_install("redis-server").map_err(|e| {
+        format!("{e} (e.g. `brew install redis`), or set REDIS_SERVER_BIN to its path")
+    })?;
     // The package may start a service on 6379; the tests never use it, they start their own.
     if Command::new("redis-server")
         .arg("--version")
@@ -114,6 +95,44 @@ fn ensure_redis() -> Result<(), String> {
     } else {
         Err("redis-server still not found after installing it".to_owned())
     }
+}
+
+/// The server clock tests (`testing::ServerClock`) compile a small C shim with `cc`.
+fn ensure_c_compiler() -> Result<(), String> {
+    let works = || {
+        Command::new("cc")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if works() {
+        return Ok(());
+    }
+    eprintln!("xtask: `cc` not found; installing the Debian package gcc");
+    apt_install("gcc")?;
+    if works() {
+        Ok(())
+    } else {
+        Err("cc still not found after installing gcc".to_owned())
+    }
+}
+
+/// `apt-get install -y <package>` (with sudo when not root), or a hint when there is no apt-get.
+fn apt_install(package: &str) -> Result<(), String> {
+    if Command::new("apt-get").arg("--version").output().is_err() {
+        return Err(format!(
+            "{package} is missing and apt-get is not available: install it with your package manager"
+        ));
+    }
+    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let apt = |args: &[&str]| {
+        let mut full: Vec<&str> = sudo.to_vec();
+        full.push("apt-get");
+        full.extend_from_slice(args);
+        run(full[0], &full[1..])
+    };
+    apt(&["update", "-q"])?;
+    apt(&["install", "-y", "-q", "--no-install-recommends", package])
 }
 
 fn is_root() -> bool {

@@ -10,6 +10,7 @@
 //!
 //! - [`RedisServer`] runs a private `redis-server` process (from `REDIS_SERVER_BIN`, else from
 //!   `PATH`) on a free loopback port, and can pause, resume, kill and restart it.
+//! - [`ServerClock`] steps the wall clock of the servers started with it, and only theirs.
 //! - [`FaultProxy`] sits between a client and that server and delays, blackholes or resets the
 //!   traffic on demand.
 //! - [`RedisCluster`] runs a Redis Cluster of 3 primaries and 3 replicas, tells which node serves
@@ -64,6 +65,7 @@
 //! ```
 
 mod admin;
+mod clock;
 mod cluster;
 mod proxy;
 mod sentinel;
@@ -72,6 +74,7 @@ mod slot;
 #[cfg(test)]
 mod test_resp;
 
+pub use clock::ServerClock;
 pub use cluster::{ClusterNode, RedisCluster};
 pub use proxy::FaultProxy;
 pub use sentinel::{MonitoredNode, SentinelSet, SentinelSetBuilder};

@@ -71,6 +71,8 @@ struct Config {
     dir: PathBuf,
     /// `--cluster-port`, chosen with the port: the default (port + 10000) may belong to someone else.
     bus_port: Option<u16>,
+    /// Environment of the process (e.g. the clock shim of [`crate::testing::ServerClock`]).
+    env: Vec<(OsString, OsString)>,
 }
 
 /// How to launch one node: shared by [`RedisServer`], `RedisCluster` and `SentinelSet`, so that
@@ -86,6 +88,8 @@ pub(crate) struct NodeSpec {
     /// Pick a free cluster bus port too, kept across restarts.
     pub(crate) cluster_bus: bool,
     pub(crate) args: Vec<OsString>,
+    /// Extra environment variables of the process.
+    pub(crate) env: Vec<(OsString, OsString)>,
 }
 
 struct State {
@@ -134,6 +138,25 @@ impl RedisServer {
             sentinel: false,
             cluster_bus: false,
             args: extra_args.iter().map(OsString::from).collect(),
+            env: Vec::new(),
+        })
+    }
+
+    /// Like [`start_with`](Self::start_with), with the server's wall clock under `clock`'s
+    /// control (see [`ServerClock`](crate::testing::ServerClock)); restarts keep it.
+    #[must_use = "dropping the RedisServer kills the server"]
+    pub fn start_with_clock(
+        clock: &crate::testing::ServerClock,
+        extra_args: &[&str],
+    ) -> RedisServer {
+        Self::launch_node(NodeSpec {
+            bin: server_bin(),
+            dir: make_temp_dir(),
+            conf_file: None,
+            sentinel: false,
+            cluster_bus: false,
+            args: extra_args.iter().map(OsString::from).collect(),
+            env: clock.env(),
         })
     }
 
@@ -153,6 +176,7 @@ impl RedisServer {
             extra_args: spec.args,
             dir: spec.dir,
             bus_port: None,
+            env: spec.env,
         };
         let mut last = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -444,6 +468,7 @@ fn launch(config: &Config, port: u16) -> Result<Child, LaunchError> {
     if let Some(bus_port) = config.bus_port {
         command.arg("--cluster-port").arg(bus_port.to_string());
     }
+    command.envs(config.env.iter().map(|(k, v)| (k, v)));
     let mut child = command
         .args(&config.extra_args)
         .stdin(Stdio::null())

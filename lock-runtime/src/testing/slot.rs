@@ -80,6 +80,7 @@ mod tests {
             sentinel: false,
             cluster_bus: true,
             args: vec!["--cluster-enabled".into(), "yes".into()],
+            env: Vec::new(),
         });
         let mut con = redis::Client::open(node.url())
             .and_then(|c| c.get_connection())

@@ -114,6 +114,7 @@ impl RedisCluster {
                     sentinel: false,
                     cluster_bus: true,
                     args: node_args(),
+                    env: Vec::new(),
                 })
             })
             .collect();

@@ -87,6 +87,7 @@ impl SentinelSetBuilder {
                 sentinel: false,
                 cluster_bus: false,
                 args: args.into_iter().map(Into::into).collect(),
+                env: Vec::new(),
             })
         };
         let primary = launch(data_node_args(self.via_proxy, false, None));
@@ -134,6 +135,7 @@ impl SentinelSetBuilder {
                 sentinel: true,
                 cluster_bus: false,
                 args: Vec::new(),
+                env: Vec::new(),
             }));
         }
         set.wait("start", START_TIMEOUT, || {

@@ -1,0 +1,67 @@
+//! Fault suite, scenario 11 (issue 9): thousands of held leases renewed over a link whose delay
+//! keeps changing between 100 and 600 ms each way. The server always answers well inside each
+//! lease's margin, so no lease may be lost.
+
+mod support;
+
+use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_runtime::{LockOptions, Locker};
+use support::ms;
+use tokio::time::{Instant, sleep};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s11_thousands_of_leases_survive_a_slow_changing_link() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .response_timeout(ms(3_000))
+        .connect()
+        .await
+        .unwrap();
+    // ttl 6 s, renewed every 2 s: a renewal answered within 1.2 s (600 ms each way) leaves
+    // more than 2.5 s of margin.
+    let o = LockOptions::new(ms(6_000));
+    let mut tasks = Vec::new();
+    for i in 0..4_000 {
+        let locker = locker.clone();
+        tasks.push(tokio::spawn(async move {
+            locker.acquire(&format!("slow-{i}"), &o).await.unwrap()
+        }));
+    }
+    let mut leases = Vec::new();
+    for t in tasks {
+        leases.push(t.await.unwrap());
+    }
+    let first_deadlines: Vec<Instant> = leases.iter().map(|l| l.deadline()).collect();
+    // The fault: the delay changes every 400 ms, between 100 and 600 ms each way.
+    let until = Instant::now() + ms(9_000);
+    let mut delays = Vec::new();
+    let mut step = 0u64;
+    while Instant::now() < until {
+        let delay = ms(100 + (step * 337) % 501);
+        proxy.delay(delay);
+        delays.push(delay.as_millis());
+        step += 1;
+        sleep(ms(400)).await;
+        let lost = leases.iter().filter(|l| !l.is_held()).count();
+        assert_eq!(
+            lost, 0,
+            "leases lost after {step} delay changes ({delays:?})"
+        );
+    }
+    proxy.pass();
+    // Every lease was renewed (several times) over the slow link.
+    let renewed = leases
+        .iter()
+        .zip(&first_deadlines)
+        .filter(|(l, first)| l.deadline() > **first + ms(3_000))
+        .count();
+    assert_eq!(renewed, leases.len(), "leases not renewed");
+    println!(
+        "{} leases held for 9 s through delays of {delays:?} ms each way: none lost",
+        leases.len()
+    );
+    drop(leases);
+    assert!(delays.iter().any(|&d| d >= 500) && delays.iter().any(|&d| d <= 200));
+}
