@@ -1,70 +1,108 @@
-//! Sending one request to every node at once.
-
-use std::sync::Arc;
+//! One request to every server at once, polled in place (no task per server), decided as soon as
+//! the replies so far decide it; the requests still out can be followed afterwards.
 
 use std::pin::Pin;
 use std::task::Poll;
 
-use crate::node::Node;
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// Runs `f` on every node at once; results in node order.
-pub(crate) async fn on_all_nodes<T, F, Fut>(nodes: &[Arc<Node>], f: F) -> Vec<T>
-where
-    F: Fn(Arc<Node>) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    on_nodes_until(nodes, f, |_| false)
-        .await
-        .into_iter()
-        .map(|v| v.expect("every node task finished"))
-        .collect()
+/// Requests to N servers and the replies in so far, in server order.
+pub(crate) struct Fanout<T> {
+    pending: Vec<Option<BoxFuture<T>>>,
+    replies: Vec<Option<T>>,
+    left: usize,
 }
 
-/// Runs `f` on every node at once and returns as soon as `settled` says that the replies so far
-/// decide the outcome (a majority), or when every node has replied: one slow or unreachable node
-/// must not hold up a decision the others already made. Requests still out go on in the
-/// background. Results in node order; `None` for a node that had not replied yet.
-///
-/// The requests are polled in place, not spawned, so the common case costs no task per node.
-pub(crate) async fn on_nodes_until<T, F, Fut, S>(
-    nodes: &[Arc<Node>],
-    f: F,
-    mut settled: S,
-) -> Vec<Option<T>>
-where
-    F: Fn(Arc<Node>) -> Fut,
-    Fut: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-    S: FnMut(&[Option<T>]) -> bool,
-{
-    let mut pending: Vec<Option<Pin<Box<Fut>>>> = nodes
-        .iter()
-        .map(|node| Some(Box::pin(f(Arc::clone(node)))))
-        .collect();
-    let mut out: Vec<Option<T>> = (0..nodes.len()).map(|_| None).collect();
-    let mut left = nodes.len();
-    std::future::poll_fn(|cx| {
-        for (slot, reply) in pending.iter_mut().zip(out.iter_mut()) {
-            if let Some(fut) = slot
-                && let Poll::Ready(v) = fut.as_mut().poll(cx)
-            {
-                *reply = Some(v);
-                *slot = None;
-                left -= 1;
-            }
+impl<T: Send + 'static> Fanout<T> {
+    /// Starts nothing yet: the requests go out on the first poll, all in the same one.
+    pub(crate) fn new<F>(requests: impl IntoIterator<Item = F>) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let pending: Vec<Option<BoxFuture<T>>> = requests
+            .into_iter()
+            .map(|f| Some(Box::pin(f) as BoxFuture<T>))
+            .collect();
+        let left = pending.len();
+        Self {
+            replies: (0..left).map(|_| None).collect(),
+            pending,
+            left,
         }
-        if left == 0 || settled(&out) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
-    for fut in pending.into_iter().flatten() {
-        tokio::spawn(fut);
     }
-    out
+
+    /// Polls until `decided(replies so far)` holds or every server replied.
+    pub(crate) async fn until(&mut self, mut decided: impl FnMut(&[Option<T>]) -> bool) {
+        std::future::poll_fn(|cx| {
+            for (slot, reply) in self.pending.iter_mut().zip(self.replies.iter_mut()) {
+                if let Some(fut) = slot
+                    && let Poll::Ready(v) = fut.as_mut().poll(cx)
+                {
+                    *reply = Some(v);
+                    *slot = None;
+                    self.left -= 1;
+                }
+            }
+            if self.left == 0 || decided(&self.replies) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Waits for every reply.
+    pub(crate) async fn all(mut self) -> Vec<T> {
+        self.until(|_| false).await;
+        self.replies
+            .into_iter()
+            .map(|r| r.expect("every request finished"))
+            .collect()
+    }
+
+    /// The replies in so far, in server order (`None`: still out).
+    pub(crate) fn replies(&self) -> &[Option<T>] {
+        &self.replies
+    }
+
+    /// Takes the replies in so far; the requests still out stay, for [`Self::next_late`].
+    pub(crate) fn take_replies(&mut self) -> Vec<Option<T>> {
+        self.replies.iter_mut().map(Option::take).collect()
+    }
+
+    /// Whether some requests are still out.
+    pub(crate) fn has_late(&self) -> bool {
+        self.left > 0
+    }
+
+    /// The next late reply, with its server's index; `None` when none is left.
+    pub(crate) async fn next_late(&mut self) -> Option<(usize, T)> {
+        if self.left == 0 {
+            return None;
+        }
+        std::future::poll_fn(|cx| {
+            for (i, slot) in self.pending.iter_mut().enumerate() {
+                if let Some(fut) = slot
+                    && let Poll::Ready(v) = fut.as_mut().poll(cx)
+                {
+                    *slot = None;
+                    self.left -= 1;
+                    return Poll::Ready(Some((i, v)));
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Lets the requests still out finish in the background, their replies unread.
+    pub(crate) fn detach(self) {
+        if self.left > 0 {
+            let mut rest = self;
+            tokio::spawn(async move { while rest.next_late().await.is_some() {} });
+        }
+    }
 }
 
 /// Runs every future at once, polled in place; returns when all are done.

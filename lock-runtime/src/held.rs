@@ -5,8 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::Locker;
-use crate::lease::LeaseShared;
+use crate::validity::LeaseState;
 
 tokio::task_local! {
     static HELD: Vec<Held>;
@@ -14,22 +13,17 @@ tokio::task_local! {
 
 #[derive(Clone)]
 struct Held {
-    /// Which locker: the address of its shared state.
+    /// Which locker: an identity its clones share.
     locker: usize,
-    lease: Arc<LeaseShared>,
+    lease: Arc<LeaseState>,
 }
 
-fn id(locker: &Locker) -> usize {
-    Arc::as_ptr(&locker.inner) as usize
-}
-
-/// The lease this task holds on `key` through `locker`, if any.
-pub(crate) fn find(locker: &Locker, key: &str) -> Option<Arc<LeaseShared>> {
-    let me = id(locker);
+/// The lease this task holds on `key` through locker `locker`, if any.
+pub(crate) fn find(locker: usize, key: &str) -> Option<Arc<LeaseState>> {
     HELD.try_with(|held| {
         held.iter()
             .rev()
-            .find(|h| h.locker == me && h.lease.key == key)
+            .find(|h| h.locker == locker && h.lease.key == key)
             .map(|h| Arc::clone(&h.lease))
     })
     .ok()
@@ -37,15 +31,8 @@ pub(crate) fn find(locker: &Locker, key: &str) -> Option<Arc<LeaseShared>> {
 }
 
 /// Runs `fut` with `lease` added to the locks this task holds.
-pub(crate) async fn holding<F: Future>(
-    locker: &Locker,
-    lease: Arc<LeaseShared>,
-    fut: F,
-) -> F::Output {
+pub(crate) async fn holding<F: Future>(locker: usize, lease: Arc<LeaseState>, fut: F) -> F::Output {
     let mut held = HELD.try_with(Clone::clone).unwrap_or_default();
-    held.push(Held {
-        locker: id(locker),
-        lease,
-    });
+    held.push(Held { locker, lease });
     HELD.scope(held, fut).await
 }

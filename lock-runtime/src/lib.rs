@@ -25,7 +25,18 @@
 
 #![warn(missing_docs)]
 
+// The engine's layers, from the leaves up; each imports only from the layers above it in this
+// list (tests/layering.rs checks that there is no cycle):
+// - leaves: error, options, keys, scripts, output, connect, fanout
+// - one server: pubsub (its release notifications), node (its connection and scripts)
+// - the deployment: quorum (N servers and the rule that decides their replies; one server is N = 1)
+// - one lease: validity (what is known of it), watchdog (its renewal), lease (the handle)
+// - taking one: queue (the fair waiter queue), acquire (an attempt, and waiting)
+// - the facade: held (reentrancy), run (the body), builder, locker, default_locker
 mod acquire;
+mod builder;
+mod connect;
+mod default_locker;
 mod error;
 mod fanout;
 mod held;
@@ -35,22 +46,25 @@ mod locker;
 mod node;
 mod options;
 mod output;
-mod redlock;
+mod pubsub;
+mod queue;
+mod quorum;
 mod run;
 mod scripts;
+mod validity;
 mod watchdog;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use builder::{DEFAULT_FENCE_RETENTION, LockerBuilder};
+pub use default_locker::{default_locker, set_default_locker};
 pub use error::{LockError, LostReason};
 pub use lease::Lease;
 #[doc = include_str!("attribute.md")]
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
-pub use locker::{
-    DEFAULT_FENCE_RETENTION, Locker, LockerBuilder, default_locker, set_default_locker,
-};
+pub use locker::Locker;
 pub use options::{LockOptions, drift};
 pub use output::LockOutput;
 
@@ -63,7 +77,7 @@ pub mod __private {
 
     /// The process default locker (see [`crate::set_default_locker`]), or why there is none.
     pub fn default_locker() -> Result<Locker, LockError> {
-        crate::locker::default_locker()
+        crate::default_locker::default_locker()
     }
 
     /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).

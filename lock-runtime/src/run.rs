@@ -29,7 +29,9 @@ where
     let outcome = {
         let deadline = Instant::now() + max_exec;
         let mut status = lease.status();
-        let mut body = std::pin::pin!(CatchUnwind(body(&lease)));
+        let mut body = std::pin::pin!(CatchUnwind {
+            inner: body(&lease),
+        });
         loop {
             let now = status.borrow_and_update().to_owned();
             if let Some(reason) = now.lost {
@@ -93,15 +95,19 @@ fn past_bounds<T>(deadline: Instant, valid_until: Instant) -> Option<Outcome<T>>
     }
 }
 
-/// Catches a panic of the inner future so that the lock is released before it is resumed.
-struct CatchUnwind<F>(F);
+pin_project_lite::pin_project! {
+    /// Catches a panic of the inner future so that the lock is released before it is resumed.
+    struct CatchUnwind<F> {
+        #[pin]
+        inner: F,
+    }
+}
 
 impl<F: Future> Future for CatchUnwind<F> {
     type Output = Result<F::Output, Box<dyn Any + Send>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: structural pinning of the only field; it is never moved out.
-        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.0) };
+        let inner = self.project().inner;
         match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
             Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
             Ok(Poll::Pending) => Poll::Pending,

@@ -1,20 +1,21 @@
 //! The renewal watchdog: one task per locker renews every held lease, in batches.
 //!
 //! Leases wait in one schedule ordered by their next renewal. Each wake-up takes every lease due
-//! within a quarter of its renew period and renews them with one script call per node and per
-//! chunk, so 10,000 held leases cost a handful of round trips per tick, not 10,000 timers.
+//! (and, once one is due, those due within a quarter of their renew period) and renews them in
+//! chunks of up to 1,000 keys per script call; every chunk of a round goes out at once, so 10,000
+//! held leases cost a handful of pipelined script calls per period, not 10,000 timers. A lease
+//! holds a [`Renewing`] handle; dropping or stopping it takes the lease out of the schedule.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
-use crate::fanout::on_nodes_until;
-use crate::lease::LeaseShared;
-use crate::node::Node;
+use crate::quorum::{Quorum, Renewal};
+use crate::validity::LeaseState;
 
 /// Most keys in one renew script call.
 const CHUNK: usize = 1000;
@@ -22,22 +23,25 @@ const CHUNK: usize = 1000;
 /// then reuses one task instead of spawning one per lease.
 const LINGER: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
+/// The renewal schedule of one locker.
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
 struct Shared {
+    quorum: Arc<Quorum>,
     schedule: Mutex<Schedule>,
     wake: Notify,
 }
 
 #[derive(Default)]
 struct Schedule {
-    due: BTreeMap<(Instant, u64), Arc<LeaseShared>>,
+    /// Leases by next renewal time (the id breaks ties).
+    due: BTreeMap<(Instant, u64), Arc<LeaseState>>,
+    /// Where each lease sits in `due`; `None` while a round renews it.
+    at: HashMap<u64, Option<Instant>>,
     next_id: u64,
-    /// Leases taken out of `due` by a renewal round that has not finished yet.
+    /// Leases taken out of `due` by rounds that have not finished yet.
     in_flight: usize,
     running: bool,
     /// When the running task will next look at the schedule by itself; `None` while it is busy.
@@ -46,19 +50,44 @@ struct Schedule {
 }
 
 impl Schedule {
-    fn insert(&mut self, at: Instant, lease: Arc<LeaseShared>) -> bool {
-        self.next_id += 1;
-        let slot = (at, self.next_id);
-        let earliest = self.due.keys().next().is_none_or(|&first| slot < first);
-        *lease.slot.lock().expect("slot lock") = Some(slot);
-        self.due.insert(slot, lease);
+    /// Puts lease `id` back at `when`, unless it was stopped meanwhile.
+    fn put(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) -> bool {
+        let Some(slot) = self.at.get_mut(&id) else {
+            return false;
+        };
+        *slot = Some(when);
+        let earliest = self
+            .due
+            .keys()
+            .next()
+            .is_none_or(|&first| (when, id) < first);
+        self.due.insert((when, id), lease);
         earliest
     }
+}
 
-    fn remove(&mut self, slot: (Instant, u64)) -> Option<Arc<LeaseShared>> {
-        let lease = self.due.remove(&slot)?;
-        *lease.slot.lock().expect("slot lock") = None;
-        Some(lease)
+/// A lease's place in the schedule; stops its renewal when stopped or dropped.
+pub(crate) struct Renewing {
+    id: u64,
+    shared: Weak<Shared>,
+}
+
+impl Renewing {
+    /// Takes the lease out of the schedule (released, dropped or lost).
+    pub(crate) fn stop(&self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let mut s = shared.schedule.lock().expect("watchdog lock");
+        if let Some(Some(when)) = s.at.remove(&self.id) {
+            s.due.remove(&(when, self.id));
+        }
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -79,12 +108,25 @@ impl Drop for RunningGuard {
 }
 
 impl Watchdog {
+    pub(crate) fn new(quorum: Arc<Quorum>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                quorum,
+                schedule: Mutex::default(),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
     /// Starts renewing `lease` (first renewal one renew period after the acquire was sent).
-    pub(crate) fn register(&self, nodes: &[Arc<Node>], quorum: usize, lease: Arc<LeaseShared>) {
-        let at = lease.started + lease.renew;
+    pub(crate) fn register(&self, lease: Arc<LeaseState>) -> Renewing {
+        let when = lease.started + lease.renew;
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
-        s.insert(at, lease);
-        let earliest = s.armed.is_none_or(|armed| at < armed);
+        s.next_id += 1;
+        let id = s.next_id;
+        s.at.insert(id, None);
+        s.put(id, when, lease);
+        let earliest = s.armed.is_none_or(|armed| when < armed);
         if !s.running {
             s.running = true;
             drop(s);
@@ -92,24 +134,19 @@ impl Watchdog {
                 shared: Arc::clone(&self.shared),
                 armed: true,
             };
-            tokio::spawn(run(guard, nodes.to_vec(), quorum));
+            tokio::spawn(run(guard));
         } else if earliest {
             drop(s);
             self.shared.wake.notify_one();
         }
-    }
-
-    /// Stops renewing `lease` (released or dropped), so ended leases do not pile up.
-    pub(crate) fn remove(&self, lease: &LeaseShared) {
-        let mut s = self.shared.schedule.lock().expect("watchdog lock");
-        let slot = lease.slot.lock().expect("slot lock").take();
-        if let Some(slot) = slot {
-            s.due.remove(&slot);
+        Renewing {
+            id,
+            shared: Arc::downgrade(&self.shared),
         }
     }
 }
 
-async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
+async fn run(mut guard: RunningGuard) {
     let shared = Arc::clone(&guard.shared);
     let mut idle_since: Option<Instant> = None;
     loop {
@@ -121,12 +158,7 @@ async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
                 s.armed = None;
                 drop(s);
                 idle_since = None;
-                tokio::spawn(renew_round(
-                    Arc::clone(&shared),
-                    nodes.clone(),
-                    quorum,
-                    batch,
-                ));
+                tokio::spawn(renew_round(Arc::clone(&shared), batch));
                 continue;
             }
             let wake_at = match next {
@@ -168,128 +200,77 @@ async fn run(mut guard: RunningGuard, nodes: Vec<Arc<Node>>, quorum: usize) {
 /// Removes and returns every live lease that is due, plus, once one is due, those due within a
 /// quarter of their renew period (renewed a little early, in the same round trip); also returns
 /// when the next one is due.
-fn take_due(s: &mut Schedule, now: Instant) -> (Vec<Arc<LeaseShared>>, Option<Instant>) {
+fn take_due(s: &mut Schedule, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
     let mut batch = Vec::new();
     loop {
-        let Some((&(at, id), lease)) = s.due.iter().next() else {
+        let Some((&(when, id), lease)) = s.due.iter().next() else {
             return (batch, None);
         };
+        if !lease.is_ended() && (when > now + lease.renew / 4 || (batch.is_empty() && when > now)) {
+            return (batch, Some(when));
+        }
+        let lease = s.due.remove(&(when, id)).expect("present");
         if lease.is_ended() {
-            s.remove((at, id));
+            s.at.remove(&id);
             continue;
         }
-        if at > now + lease.renew / 4 || (batch.is_empty() && at > now) {
-            return (batch, Some(at));
-        }
-        let lease = s.remove((at, id)).expect("present");
+        s.at.insert(id, None);
         s.in_flight += 1;
-        batch.push(lease);
+        batch.push((id, lease));
     }
 }
 
-/// Renews one batch: every chunk of the round goes out at once (they pipeline on each node's
+/// Renews one batch: every chunk of the round goes out at once (they pipeline on each server's
 /// connection), so chunk k is not confirmed k round trips late, and each chunk is decided as
 /// soon as its replies are in.
-async fn renew_round(
-    shared: Arc<Shared>,
-    nodes: Vec<Arc<Node>>,
-    quorum: usize,
-    batch: Vec<Arc<LeaseShared>>,
-) {
-    let chunks: Vec<Arc<Vec<Arc<LeaseShared>>>> = batch
-        .chunks(CHUNK)
-        .map(|chunk| Arc::new(chunk.to_vec()))
-        .collect();
-    let rounds = chunks.into_iter().map(|chunk| {
-        let (shared, nodes) = (Arc::clone(&shared), nodes.clone());
-        async move { renew_chunk_everywhere(&shared, &nodes, quorum, chunk).await }
+async fn renew_round(shared: Arc<Shared>, batch: Vec<(u64, Arc<LeaseState>)>) {
+    let chunks = batch.chunks(CHUNK).map(|chunk| {
+        let shared = Arc::clone(&shared);
+        let chunk = chunk.to_vec();
+        async move { renew_chunk(&shared, chunk).await }
     });
-    crate::fanout::join_all(rounds.collect()).await;
+    crate::fanout::join_all(chunks.collect()).await;
 }
 
-async fn renew_chunk_everywhere(
-    shared: &Shared,
-    nodes: &[Arc<Node>],
-    quorum: usize,
-    chunk: Arc<Vec<Arc<LeaseShared>>>,
-) {
+async fn renew_chunk(shared: &Shared, chunk: Vec<(u64, Arc<LeaseState>)>) {
     let sent = Instant::now();
-    let replies = if let [node] = nodes {
-        vec![Some(
-            renew_chunk(Arc::clone(node), Arc::clone(&chunk)).await,
-        )]
-    } else {
-        // Decide each lease as soon as a majority confirmed or denied it: a node that stopped
-        // answering must not hold the round until its response timeout, which may be longer
-        // than what is left of the leases' validity.
-        on_nodes_until(
-            nodes,
-            |node| renew_chunk(node, Arc::clone(&chunk)),
-            |replies| {
-                (0..chunk.len()).all(|i| {
-                    let (ours, not_ours) = tally(replies, i);
-                    chunk[i].is_ended() || ours >= quorum || not_ours > nodes.len() - quorum
-                })
-            },
-        )
-        .await
-    };
+    let leases: Arc<Vec<Arc<LeaseState>>> =
+        Arc::new(chunk.iter().map(|(_, l)| Arc::clone(l)).collect());
+    let verdicts = shared.quorum.renew(&leases).await;
     let mut s = shared.schedule.lock().expect("watchdog lock");
     s.in_flight -= chunk.len();
     let now = Instant::now();
-    for (i, lease) in chunk.iter().enumerate() {
+    for ((id, lease), verdict) in chunk.into_iter().zip(verdicts) {
         if lease.is_ended() {
+            s.at.remove(&id);
             continue;
         }
-        let (ours, not_ours) = tally(&replies, i);
-        if ours >= quorum {
-            lease.confirm(sent);
-            s.insert(sent + lease.renew, Arc::clone(lease));
-        } else if not_ours > nodes.len() - quorum {
-            lease.mark_lost(LostReason::NotOwner);
-        } else if now >= lease.status.borrow().valid_until {
-            lease.mark_lost(LostReason::ValidityExpired);
-        } else {
-            // No majority answered: try again soon, while the lease is still valid.
-            let retry =
-                (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
-            s.insert(now + retry, Arc::clone(lease));
+        match verdict {
+            Renewal::Renewed => {
+                // A confirmation after the validity ran out leaves the lease lost: drop it.
+                if lease.confirm(sent) {
+                    let when = sent + lease.renew;
+                    s.put(id, when, lease);
+                } else {
+                    s.at.remove(&id);
+                }
+            }
+            Renewal::NotOwner => {
+                lease.mark_lost(LostReason::NotOwner);
+                s.at.remove(&id);
+            }
+            Renewal::Undecided if now >= lease.valid_until() => {
+                lease.mark_lost(LostReason::ValidityExpired);
+                s.at.remove(&id);
+            }
+            Renewal::Undecided => {
+                // No majority answered: try again soon, while the lease is still valid.
+                let retry =
+                    (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+                s.put(id, now + retry, lease);
+            }
         }
     }
     drop(s);
     shared.wake.notify_one();
-}
-
-/// How many nodes renewed lease `i` of a chunk, and how many said it is no longer ours.
-fn tally(replies: &[Option<redis::RedisResult<Vec<bool>>>], i: usize) -> (usize, usize) {
-    let ours = replies
-        .iter()
-        .filter(|r| matches!(r, Some(Ok(v)) if v[i]))
-        .count();
-    let not_ours = replies
-        .iter()
-        .filter(|r| matches!(r, Some(Ok(v)) if !v[i]))
-        .count();
-    (ours, not_ours)
-}
-
-async fn renew_chunk(
-    node: Arc<Node>,
-    chunk: Arc<Vec<Arc<LeaseShared>>>,
-) -> redis::RedisResult<Vec<bool>> {
-    // A lease released since the round began is left out (its key may be kept for min_hold;
-    // the release script also changes such a key's value, so a renewal already on its way
-    // cannot stretch it either).
-    let items: Vec<(&str, &str, u64)> = chunk
-        .iter()
-        .map(|l| {
-            let token = if l.is_ended() { "" } else { l.token.as_str() };
-            (l.key.as_str(), token, l.ttl.as_millis() as u64)
-        })
-        .collect();
-    let out = node.renew(&items).await;
-    if let Err(e) = &out {
-        tracing::debug!(node = node.addr(), error = %e, leases = items.len(), "renewal failed; retrying");
-    }
-    out
 }

@@ -1,0 +1,84 @@
+//! How the engine connects to a server: timeouts, reconnect policy, TLS, and URL hygiene.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManagerConfig;
+use redis::{Client, RedisResult};
+
+/// Connection settings shared by every server of a locker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settings {
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+/// A connection manager that reconnects quickly after a fault and bounds every reply.
+pub(crate) fn manager_config(settings: Settings) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(settings.connect_timeout))
+        .set_response_timeout(Some(settings.response_timeout))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// Bounds a request by `limit`; a timeout becomes an I/O timeout error.
+pub(crate) async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(res) => res,
+        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no reply within {limit:?}"),
+        ))),
+    }
+}
+
+/// A client for `info`; with the `tls` feature and a root certificate, `rediss://` servers are
+/// verified against that certificate instead of the system's trust store.
+pub(crate) fn open_client(
+    info: redis::ConnectionInfo,
+    tls_root_cert: Option<&[u8]>,
+) -> RedisResult<Client> {
+    #[cfg(feature = "tls")]
+    if let Some(root) = tls_root_cert {
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(root.to_vec()),
+        };
+        return Client::build_with_tls(info, certs);
+    }
+    #[cfg(not(feature = "tls"))]
+    let _ = tls_root_cert;
+    Client::open(info)
+}
+
+/// The URL with any password replaced, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// A recent round trip to one server, in µs: the largest sample, decaying by 1/8 per sample.
+#[derive(Debug, Default)]
+pub(crate) struct RoundTrip(std::sync::atomic::AtomicU64);
+
+impl RoundTrip {
+    pub(crate) fn get(&self) -> Duration {
+        Duration::from_micros(self.0.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    pub(crate) fn record(&self, sample: Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let sample = sample.as_micros() as u64;
+        let _ = self
+            .0
+            .fetch_update(Relaxed, Relaxed, |old| Some(sample.max(old - old / 8)));
+    }
+}

@@ -1,0 +1,150 @@
+//! The fair waiter queue of one server: a waiter's place in it, the grace it asks for, and the
+//! heads that stopped coming back.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::keys::Keys;
+use crate::node::{Node, Waiter};
+
+/// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
+/// its server's recent round trips to it and comes back at least three times per grace, so only
+/// a crashed or vanished waiter drops out, on links of any speed.
+pub(crate) const MIN_WAITER_GRACE: Duration = Duration::from_millis(300);
+
+/// The grace a waiter on `node` asks for.
+pub(crate) fn waiter_grace(node: &Node) -> Duration {
+    MIN_WAITER_GRACE + node.rtt() * 4
+}
+
+/// A place in the lock's waiter queue; leaves it when the wait ends without the lock, also when
+/// the waiting future is dropped.
+pub(crate) struct QueuePlace {
+    node: Arc<Node>,
+    keys: Keys,
+    pub(crate) waiter: Waiter,
+    /// Possibly in the queue (the acquire script removes a waiter that got in).
+    queued: bool,
+}
+
+impl QueuePlace {
+    pub(crate) fn new(node: &Arc<Node>, keys: &Keys) -> Self {
+        Self {
+            node: Arc::clone(node),
+            keys: keys.clone(),
+            waiter: Waiter {
+                id: uuid::Uuid::new_v4().simple().to_string(),
+                grace: waiter_grace(node),
+            },
+            queued: false,
+        }
+    }
+
+    /// The waiter for the next attempt, which may put it in the queue; a link that got slower
+    /// asks for a longer grace from now on.
+    pub(crate) fn join(&mut self) -> &Waiter {
+        self.queued = true;
+        self.waiter.grace = self.waiter.grace.max(waiter_grace(&self.node));
+        &self.waiter
+    }
+
+    /// Leaves the queue now (the wait ran out).
+    pub(crate) async fn leave(mut self) {
+        if self.queued {
+            self.queued = false;
+            let _ = self.node.leave_queue(&self.keys, &self.waiter.id).await;
+        }
+    }
+
+    /// Taken: the acquire script already removed us.
+    pub(crate) fn taken(mut self) {
+        self.queued = false;
+    }
+}
+
+impl Drop for QueuePlace {
+    fn drop(&mut self) {
+        if !self.queued {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            let (node, keys, waiter) = (
+                Arc::clone(&self.node),
+                self.keys.clone(),
+                std::mem::take(&mut self.waiter.id),
+            );
+            handle.spawn(async move {
+                let _ = node.leave_queue(&keys, &waiter).await;
+            });
+        }
+    }
+}
+
+/// Queue heads this locker saw in front of a free lock, per key, with when it first saw each
+/// one in that state. A head whose state stays the same for longer than its grace, on this
+/// process's monotonic clock, has stopped coming back: the next attempt asks the server to evict
+/// it (which it does only if the state is still the one seen). No server clock is involved, so
+/// a server clock step cannot keep a vanished waiter's place alive.
+#[derive(Default)]
+pub(crate) struct StaleHeads {
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+struct Seen {
+    head: String,
+    state: String,
+    since: Instant,
+    grace: Duration,
+}
+
+/// Entries kept at most; past that the map starts over (it only ever delays an eviction).
+const STALE_HEADS_MAX: usize = 4096;
+
+impl StaleHeads {
+    /// Records that `head` was first in line for `key` with `state`; returns how long until it
+    /// may be evicted if it does not come back.
+    pub(crate) fn seen(&self, key: &str, head: String, state: String) -> Duration {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().expect("stale heads lock");
+        if let Some(s) = seen.get(key)
+            && s.head == head
+            && s.state == state
+        {
+            return (s.since + s.grace).saturating_duration_since(now);
+        }
+        if seen.len() >= STALE_HEADS_MAX {
+            seen.clear();
+        }
+        // The state is "<nonce> <grace ms>"; an unreadable one gets the least grace.
+        let grace = state
+            .rsplit(' ')
+            .next()
+            .and_then(|ms| ms.parse().ok())
+            .map_or(MIN_WAITER_GRACE, Duration::from_millis);
+        let since = now;
+        seen.insert(
+            key.to_owned(),
+            Seen {
+                head,
+                state,
+                since,
+                grace,
+            },
+        );
+        grace
+    }
+
+    /// The head to evict for `key`, with the state it was seen in, if it outstayed its grace.
+    pub(crate) fn evictable(&self, key: &str) -> Option<(String, String)> {
+        let seen = self.seen.lock().expect("stale heads lock");
+        let s = seen.get(key)?;
+        (Instant::now() >= s.since + s.grace).then(|| (s.head.clone(), s.state.clone()))
+    }
+
+    pub(crate) fn forget(&self, key: &str) {
+        self.seen.lock().expect("stale heads lock").remove(key);
+    }
+}

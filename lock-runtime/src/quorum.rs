@@ -1,0 +1,550 @@
+//! A deployment: the servers a lock lives on, and the one place that decides each set of replies.
+//!
+//! One server is simply N = 1. Redlock is N independent servers: a lock holds with a majority
+//! `N/2 + 1` of the configured N (not of the reachable ones). Every request goes to all servers
+//! at once and is decided as soon as the replies so far decide it, so that one slow or silent
+//! server never holds up a decision the others already made.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use crate::fanout::Fanout;
+use crate::keys::Keys;
+use crate::node::{AcquireReply, AcquireRequest, Node, Waiter};
+use crate::pubsub::Subscription;
+use crate::validity::LeaseState;
+use crate::{LockError, LostReason};
+
+/// Fence floor granularity on a Redlock node: the server's clock rounded down to the second, so
+/// that the nodes of a majority hand out the same fence and need no second round trip to agree.
+const REDLOCK_FENCE_QUANTUM_US: u64 = 1_000_000;
+
+/// The servers of one locker and the majority it needs.
+pub(crate) struct Quorum {
+    nodes: Vec<Arc<Node>>,
+    needed: usize,
+}
+
+/// Acquire requests still out when an attempt was decided.
+pub(crate) type Late = Fanout<RedisResult<AcquireReply>>;
+
+/// What one acquire attempt asks besides the keys.
+pub(crate) struct Ask<'a> {
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    /// The validity window: a reply later than this is useless.
+    pub validity: Duration,
+    pub waiter: Option<&'a Waiter>,
+    pub evict: Option<(&'a str, &'a str)>,
+    pub fence_retention_ms: u64,
+}
+
+/// The decided outcome of one acquire attempt.
+pub(crate) enum Acquired {
+    /// A majority granted it: the fence, the servers that granted it, and the requests still
+    /// out (late grants are part of the lease: renewed and released with the rest).
+    Granted {
+        fence: u64,
+        nodes: Vec<usize>,
+        late: Late,
+    },
+    /// Others hold it: the shortest remaining PTTL seen, and the servers that said busy (only
+    /// their release messages can change the next attempt's outcome). What this attempt took on
+    /// other servers was deleted.
+    Busy {
+        pttl: Option<Duration>,
+        nodes: Vec<usize>,
+    },
+    /// Free, but another waiter is first in line (one server, fair queue).
+    NotOurTurn { head: String, state: String },
+}
+
+/// What a majority said of one lease in a renewal round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    Renewed,
+    NotOwner,
+    /// No majority either way (servers down or slow): try again while still valid.
+    Undecided,
+}
+
+/// How many servers said yes, said no, or failed, for one question.
+#[derive(Default)]
+struct Tally {
+    yes: usize,
+    no: usize,
+    failed: usize,
+}
+
+impl Tally {
+    /// `None`: no reply yet; `Some(None)`: the request failed; `Some(Some(answer))`.
+    fn of(replies: impl Iterator<Item = Option<Option<bool>>>) -> Self {
+        let mut t = Self::default();
+        for reply in replies {
+            match reply {
+                Some(Some(true)) => t.yes += 1,
+                Some(Some(false)) => t.no += 1,
+                Some(None) => t.failed += 1,
+                None => {}
+            }
+        }
+        t
+    }
+}
+
+impl Quorum {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>) -> Self {
+        let needed = nodes.len() / 2 + 1;
+        Self { nodes, needed }
+    }
+
+    /// How many servers must agree: `N/2 + 1`.
+    pub(crate) fn needed(&self) -> usize {
+        self.needed
+    }
+
+    pub(crate) fn nodes(&self) -> &[Arc<Node>] {
+        &self.nodes
+    }
+
+    /// The server of the fair waiter queue: there is one only on a single logical server (the
+    /// servers of a majority could disagree on who is first).
+    pub(crate) fn queue_node(&self) -> Option<&Arc<Node>> {
+        match self.nodes.as_slice() {
+            [node] => Some(node),
+            _ => None,
+        }
+    }
+
+    /// The most any one request may take: with one server, the whole validity window; with
+    /// several, a tenth of it, so that slow servers cannot eat the lease.
+    fn per_node_limit(&self, validity: Duration) -> Duration {
+        let share = match self.nodes.len() {
+            1 => validity,
+            _ => (validity / 10).max(Duration::from_millis(2)),
+        };
+        self.nodes[0].response_timeout().min(share)
+    }
+
+    /// Fences on one server follow its clock to the µs; on a majority of several, to the second
+    /// (see the acquire script).
+    fn fence_quantum(&self) -> u64 {
+        if self.nodes.len() == 1 {
+            1
+        } else {
+            REDLOCK_FENCE_QUANTUM_US
+        }
+    }
+
+    /// A failure of the whole deployment: with one server, that server's own error; with
+    /// several, which ones failed and why.
+    fn unavailable(&self, name: &str, got: usize, failures: Vec<(usize, Failure)>) -> LockError {
+        if let [(i, failure)] = failures.as_slice()
+            && self.nodes.len() == 1
+        {
+            return match failure {
+                Failure::Redis(e) => self.nodes[*i].redis_error(name, e.clone()),
+                Failure::Foreign(detail) => LockError::config(
+                    name,
+                    format!("{detail}; use another lock name or key prefix"),
+                ),
+                Failure::Other(why) => LockError::config(name, why.clone()),
+            };
+        }
+        LockError::QuorumUnavailable {
+            name: name.to_owned(),
+            got,
+            needed: self.needed,
+            failures: failures
+                .into_iter()
+                .map(|(i, f)| (self.nodes[i].addr().to_owned(), f.to_string()))
+                .collect(),
+        }
+    }
+
+    /// PINGs every server at once; fails unless a majority answers.
+    pub(crate) async fn check(&self) -> Result<(), LockError> {
+        let pings = Fanout::new(self.nodes.iter().map(|node| {
+            let node = Arc::clone(node);
+            async move { node.ping().await }
+        }))
+        .all()
+        .await;
+        let failures: Vec<(usize, Failure)> = pings
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| r.err().map(|e| (i, Failure::Redis(e))))
+            .collect();
+        let got = self.nodes.len() - failures.len();
+        if failures.is_empty() || (got >= self.needed && self.nodes.len() > 1) {
+            Ok(())
+        } else {
+            Err(self.unavailable("", got, failures))
+        }
+    }
+
+    /// One acquire attempt on every server at once. Decided as soon as a majority granted it or
+    /// is out of reach; a failed attempt deletes what it took (at once where granted, and on
+    /// servers whose reply is still out as soon as they answer).
+    pub(crate) async fn acquire(
+        &self,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+    ) -> Result<Acquired, LockError> {
+        let limit = self.per_node_limit(ask.validity);
+        let quantum = self.fence_quantum();
+        let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
+            let node = Arc::clone(node);
+            let keys = keys.clone();
+            let (token, ttl_ms, retention) =
+                (ask.token.to_owned(), ask.ttl_ms, ask.fence_retention_ms);
+            let waiter = ask.waiter.cloned();
+            let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
+            async move {
+                let request = AcquireRequest {
+                    token: &token,
+                    ttl_ms,
+                    waiter: waiter.as_ref(),
+                    evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
+                    fence_quantum: quantum,
+                    fence_retention_ms: retention,
+                    limit,
+                };
+                node.acquire(&keys, &request).await
+            }
+        }));
+        let (needed, n) = (self.needed, self.nodes.len());
+        fanout
+            .until(|replies| {
+                let granted = replies
+                    .iter()
+                    .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
+                    .count();
+                let pending = replies.iter().filter(|r| r.is_none()).count();
+                granted >= needed || granted + pending < needed
+            })
+            .await;
+        let mut granted: Vec<(usize, u64)> = Vec::new();
+        let mut busy_pttl: Option<Option<Duration>> = None;
+        let mut busy_nodes = Vec::new();
+        let mut not_our_turn = None;
+        let mut failures: Vec<(usize, Failure)> = Vec::new();
+        // Servers whose request failed in a way that may still have set the key (a timeout).
+        let mut unsure = Vec::new();
+        for (i, reply) in fanout.take_replies().into_iter().enumerate() {
+            match reply {
+                Some(Ok(AcquireReply::Taken { fence })) => granted.push((i, fence)),
+                Some(Ok(AcquireReply::Busy { pttl })) => {
+                    busy_nodes.push(i);
+                    busy_pttl = Some(match busy_pttl {
+                        Some(Some(prev)) => Some(pttl.map_or(prev, |p| p.min(prev))),
+                        _ => pttl,
+                    });
+                }
+                Some(Ok(AcquireReply::NotOurTurn { head, state })) => {
+                    busy_nodes.push(i);
+                    not_our_turn = Some((head, state));
+                }
+                Some(Ok(AcquireReply::Foreign { detail })) => {
+                    failures.push((i, Failure::Foreign(detail)));
+                }
+                Some(Err(e)) => {
+                    unsure.push(i);
+                    failures.push((i, Failure::Redis(e)));
+                }
+                None => {}
+            }
+        }
+        let granted_nodes: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+        if granted.len() >= needed {
+            // Only counters behind the maximum need raising; when the servers are in step (the
+            // usual case) that is none, and the acquire stays one round trip.
+            let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
+            let behind: Vec<usize> = granted
+                .iter()
+                .filter(|&&(_, f)| f < fence)
+                .map(|&(i, _)| i)
+                .collect();
+            let raise_failures = self
+                .raise_fences(
+                    &behind,
+                    &keys.fence_key,
+                    fence,
+                    ask.fence_retention_ms,
+                    limit,
+                )
+                .await;
+            if granted.len() - raise_failures.len() >= needed {
+                return Ok(Acquired::Granted {
+                    fence,
+                    nodes: granted_nodes,
+                    late: fanout,
+                });
+            }
+            failures.extend(raise_failures.into_iter().map(|(i, e)| {
+                let why = format!("granted, but raising the fence counter failed: {e}");
+                (i, Failure::Other(why))
+            }));
+        }
+        self.abandon(keys, ask.token, &granted_nodes, unsure, fanout, limit)
+            .await;
+        if let Some((head, state)) = not_our_turn {
+            return Ok(Acquired::NotOurTurn { head, state });
+        }
+        if n - failures.len() >= needed
+            && let Some(pttl) = busy_pttl
+        {
+            return Ok(Acquired::Busy {
+                pttl,
+                nodes: busy_nodes,
+            });
+        }
+        Err(self.unavailable(name, granted.len(), failures))
+    }
+
+    /// Raises the fence counter of the `behind` servers to `fence`, so that the next majority,
+    /// which meets this one on at least one server, counts past it. Returns where it failed.
+    async fn raise_fences(
+        &self,
+        behind: &[usize],
+        fence_key: &str,
+        fence: u64,
+        retention_ms: u64,
+        limit: Duration,
+    ) -> Vec<(usize, redis::RedisError)> {
+        if behind.is_empty() {
+            return Vec::new();
+        }
+        let results = Fanout::new(behind.iter().map(|&i| {
+            let (node, fence_key) = (Arc::clone(&self.nodes[i]), fence_key.to_owned());
+            async move {
+                node.raise_fence(&fence_key, fence, retention_ms, limit)
+                    .await
+            }
+        }))
+        .all()
+        .await;
+        behind
+            .iter()
+            .zip(results)
+            .filter_map(|(&i, r)| r.err().map(|e| (i, e)))
+            .collect()
+    }
+
+    /// Undoes an attempt with compare-and-delete of `token` (a key that is not ours is left
+    /// alone): on the servers that granted it at once, waiting up to `limit` for them; in the
+    /// background on the servers whose request failed (it may still have been applied) and on
+    /// each server whose reply is still out, as soon as it comes. The caller never waits longer than `limit`
+    /// on a server that may not answer.
+    pub(crate) async fn abandon(
+        &self,
+        keys: &Keys,
+        token: &str,
+        granted: &[usize],
+        unsure: Vec<usize>,
+        mut late: Late,
+        limit: Duration,
+    ) {
+        let release = {
+            let (nodes, keys, token) = (self.nodes.clone(), keys.clone(), token.to_owned());
+            move |i: usize| {
+                let (node, keys, token) = (Arc::clone(&nodes[i]), keys.clone(), token.clone());
+                async move { release_quietly(&node, &keys, &token, 0).await }
+            }
+        };
+        if late.has_late() || !unsure.is_empty() {
+            let release = release.clone();
+            tokio::spawn(async move {
+                crate::fanout::join_all(unsure.into_iter().map(&release).collect()).await;
+                while let Some((i, reply)) = late.next_late().await {
+                    if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) {
+                        release(i).await;
+                    }
+                }
+            });
+        }
+        let mut cleanups = Fanout::new(granted.iter().map(|&i| release(i)));
+        let _ = tokio::time::timeout(limit, cleanups.until(|_| false)).await;
+        cleanups.detach();
+    }
+
+    /// Compare-and-delete of `token` on every server at once, without waiting for a reply (an
+    /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
+    /// the server after it.
+    pub(crate) fn forget(&self, keys: &Keys, token: &str) {
+        for node in &self.nodes {
+            let (node, keys, token) = (Arc::clone(node), keys.clone(), token.to_owned());
+            tokio::spawn(async move { release_quietly(&node, &keys, &token, 0).await });
+        }
+    }
+
+    /// Follows the requests of a granted attempt that were still out. A late grant is part of
+    /// the lease; but if the lease already ended, its release may have reached that server
+    /// before our SET did, so the key is released again there.
+    pub(crate) async fn settle_late_grants(&self, lease: Arc<LeaseState>, mut late: Late) {
+        let keys = Keys::new(lease.key.clone());
+        while let Some((i, reply)) = late.next_late().await {
+            if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
+                release_quietly(&self.nodes[i], &keys, &lease.token, lease.keep_ms()).await;
+            }
+        }
+    }
+
+    /// Renews `chunk` (one script call per server), deciding each lease as soon as a majority
+    /// confirmed or denied it; requests still out finish in the background.
+    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Vec<Renewal> {
+        let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
+            let (node, chunk) = (Arc::clone(node), Arc::clone(chunk));
+            async move { renew_on(&node, &chunk).await }
+        }));
+        let (needed, n) = (self.needed, self.nodes.len());
+        let lease_reply = |replies: &[Option<RedisResult<Vec<bool>>>], i: usize| {
+            Tally::of(
+                replies
+                    .iter()
+                    .map(|r| r.as_ref().map(|r| r.as_ref().ok().map(|v| v[i]))),
+            )
+        };
+        fanout
+            .until(|replies| {
+                (0..chunk.len()).all(|i| {
+                    let t = lease_reply(replies, i);
+                    chunk[i].is_ended() || t.yes >= needed || t.no > n - needed
+                })
+            })
+            .await;
+        let verdicts = (0..chunk.len())
+            .map(|i| {
+                let t = lease_reply(fanout.replies(), i);
+                if t.yes >= needed {
+                    Renewal::Renewed
+                } else if t.no > n - needed {
+                    Renewal::NotOwner
+                } else {
+                    Renewal::Undecided
+                }
+            })
+            .collect();
+        fanout.detach();
+        verdicts
+    }
+
+    /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
+    /// when a majority confirms. `Lost` when the key was no longer ours.
+    pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
+        let keep_ms = lease.keep_ms();
+        let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
+            let node = Arc::clone(node);
+            let (key, token, channel) = (
+                lease.key.clone(),
+                lease.token.clone(),
+                lease.channel.clone(),
+            );
+            async move { node.release(&key, &token, keep_ms, &channel).await }
+        }));
+        let (needed, n) = (self.needed, self.nodes.len());
+        fanout
+            .until(|replies| {
+                let t = Tally::of(replies.iter().map(answer));
+                t.yes >= needed || t.no > n - needed || n - t.failed < needed
+            })
+            .await;
+        let replies = fanout.take_replies();
+        fanout.detach();
+        let t = Tally::of(replies.iter().map(answer));
+        if t.yes >= needed {
+            return Ok(());
+        }
+        if t.no > n - needed {
+            return Err(lease.lost_error(LostReason::NotOwner));
+        }
+        let failures: Vec<(usize, Failure)> = replies
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Err(e)) => Some((i, Failure::Redis(e))),
+                _ => None,
+            })
+            .collect();
+        Err(self.unavailable(&lease.name, t.yes, failures))
+    }
+
+    /// Subscribes to the release channel on every server at once (one that is down must not
+    /// delay the others); returns the subscriptions with their server's index.
+    pub(crate) async fn subscribe_all(
+        &self,
+        channel: &str,
+        name: &str,
+    ) -> Vec<(usize, Subscription)> {
+        let results = Fanout::new(self.nodes.iter().map(|node| {
+            let (node, channel) = (Arc::clone(node), channel.to_owned());
+            async move { node.subscribe(&channel).await }
+        }))
+        .all()
+        .await;
+        let mut subs = Vec::with_capacity(results.len());
+        for (i, (sub, res)) in results.into_iter().enumerate() {
+            if let Err(e) = res {
+                tracing::debug!(
+                    lock = name,
+                    node = self.nodes[i].addr(),
+                    error = %e,
+                    "no release notifications yet (retrying); waiting on the key's ttl meanwhile"
+                );
+            }
+            subs.push((i, sub));
+        }
+        subs
+    }
+}
+
+/// One server's yes/no reply, `Some(None)` when its request failed, `None` when still out.
+fn answer(reply: &Option<RedisResult<bool>>) -> Option<Option<bool>> {
+    reply.as_ref().map(|r| r.as_ref().ok().copied())
+}
+
+/// Why one server did not grant a lock.
+enum Failure {
+    Redis(redis::RedisError),
+    /// The key or its fence counter holds data that is not ours.
+    Foreign(String),
+    Other(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Redis(e) => write!(f, "{e}"),
+            Self::Foreign(detail) | Self::Other(detail) => f.write_str(detail),
+        }
+    }
+}
+
+/// One server's renewal of a chunk; a lease released since the round began is left out (its
+/// key may be kept for min_hold; the release script also changes such a key's value, so a
+/// renewal already on its way cannot stretch it either).
+async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RedisResult<Vec<bool>> {
+    let items: Vec<(&str, &str, u64)> = chunk
+        .iter()
+        .map(|l| {
+            let token = if l.is_ended() { "" } else { l.token.as_str() };
+            (l.key.as_str(), token, l.ttl.as_millis() as u64)
+        })
+        .collect();
+    let out = node.renew(&items).await;
+    if let Err(e) = &out {
+        tracing::debug!(node = node.addr(), error = %e, leases = items.len(), "renewal failed; retrying");
+    }
+    out
+}
+
+/// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and
+/// left to the key's ttl.
+async fn release_quietly(node: &Node, keys: &Keys, token: &str, keep_ms: u64) {
+    if let Err(e) = node.release(&keys.key, token, keep_ms, &keys.channel).await {
+        tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
+    }
+}

@@ -1,0 +1,138 @@
+//! What every part of the engine knows about one held lease, and how long it is known valid.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::{LockError, LostReason};
+
+/// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
+pub(crate) struct LeaseState {
+    pub name: String,
+    pub key: String,
+    pub channel: String,
+    pub token: String,
+    pub fence: u64,
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub drift: Duration,
+    /// When the acquire request was sent: validity and `min_hold` count from here.
+    pub started: Instant,
+    pub min_hold: Duration,
+    pub status: watch::Sender<Status>,
+    /// Set once the lease is released or dropped: nothing renews it any more.
+    ended: AtomicBool,
+}
+
+/// The lease's current standing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Status {
+    /// The last instant at which no other process can hold the key: the start of the last
+    /// confirmed renewal (or acquire) + ttl - drift.
+    pub valid_until: Instant,
+    pub lost: Option<LostReason>,
+}
+
+/// The parts of a lease fixed at acquire time.
+pub(crate) struct Granted {
+    pub name: String,
+    pub key: String,
+    pub channel: String,
+    pub token: String,
+    pub fence: u64,
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub min_hold: Duration,
+    pub started: Instant,
+}
+
+impl LeaseState {
+    /// A lease valid until `started + ttl - drift`.
+    pub(crate) fn new(g: Granted) -> Self {
+        let drift = crate::drift(g.ttl);
+        let (status, _) = watch::channel(Status {
+            valid_until: g.started + g.ttl.saturating_sub(drift),
+            lost: None,
+        });
+        Self {
+            name: g.name,
+            key: g.key,
+            channel: g.channel,
+            token: g.token,
+            fence: g.fence,
+            ttl: g.ttl,
+            renew: g.renew,
+            drift,
+            started: g.started,
+            min_hold: g.min_hold,
+            status,
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Records a renewal whose request was sent at `sent`; false when the lease is lost. Loss
+    /// is final: a confirmation that arrives after the lease's validity ran out does not revive
+    /// it (someone else may have taken the key in between); the lease is then marked lost.
+    pub(crate) fn confirm(&self, sent: Instant) -> bool {
+        let until = sent + self.ttl - self.drift;
+        let now = Instant::now();
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                false
+            } else if now >= s.valid_until {
+                s.lost = Some(LostReason::ValidityExpired);
+                true
+            } else if until > s.valid_until {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+        self.status.borrow().lost.is_none()
+    }
+
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.status.send_if_modified(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.status.borrow().valid_until
+    }
+
+    /// Marks the lease released or dropped; true the first time.
+    pub(crate) fn end(&self) -> bool {
+        !self.ended.swap(true, Ordering::AcqRel)
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// How long a release must keep the key: the rest of `min_hold`, rounded up so that the key
+    /// never goes before it; 0 means delete.
+    pub(crate) fn keep_ms(&self) -> u64 {
+        let keep = (self.started + self.min_hold).saturating_duration_since(Instant::now());
+        if keep.is_zero() {
+            0
+        } else {
+            keep.as_millis() as u64 + 1
+        }
+    }
+}
