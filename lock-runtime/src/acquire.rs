@@ -140,7 +140,8 @@ impl Acquirer {
                 // Subscribe before the next try, so that a release between the try and the wait
                 // is still seen. Without pub/sub, the PTTL timer below still wakes us.
                 let lock_name = name.as_deref().unwrap_or_default();
-                subscriptions = Some(self.quorum.subscribe_all(&keys.channel, lock_name).await);
+                let channel = keys.channel().to_string();
+                subscriptions = Some(self.quorum.subscribe_all(&channel, lock_name).await);
                 continue;
             }
             let mut retry_at = match retry_after {
@@ -185,7 +186,7 @@ impl Acquirer {
     ) -> Result<Attempt, LockError> {
         let ttl = opts.ttl();
         let validity = ttl.saturating_sub(opts.drift());
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        let token = crate::random::token();
         let sent = Instant::now();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);
@@ -238,7 +239,6 @@ impl Acquirer {
         let state = Arc::new(LeaseState::new(Granted {
             name: name.take().unwrap_or_default(),
             key: keys.key.clone(),
-            channel: keys.channel.clone(),
             token,
             fence,
             ttl,
@@ -289,6 +289,6 @@ async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) {
 /// Up to 5 ms + 1/20 of the wait, so waiters that saw the same PTTL do not retry in lockstep.
 fn jitter(pttl: Duration) -> Duration {
     let spread = Duration::from_millis(5) + pttl / 20;
-    let r = (uuid::Uuid::new_v4().as_u128() as u64) % (spread.as_micros() as u64 + 1);
+    let r = crate::random::up_to(spread.as_micros() as u64);
     Duration::from_micros(r)
 }

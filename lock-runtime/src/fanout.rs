@@ -31,6 +31,15 @@ impl<T: Send + 'static> Fanout<T> {
         }
     }
 
+    /// No requests: nothing late to follow.
+    pub(crate) fn none() -> Self {
+        Self {
+            pending: Vec::new(),
+            replies: Vec::new(),
+            left: 0,
+        }
+    }
+
     /// Polls until `decided(replies so far)` holds or every server replied.
     pub(crate) async fn until(&mut self, mut decided: impl FnMut(&[Option<T>]) -> bool) {
         std::future::poll_fn(|cx| {

@@ -2,28 +2,70 @@
 
 use crate::LockError;
 
-/// The Redis names of one lock: its key, fence counter, release channel and waiter queue. All
-/// share the key's `{hash tag}`, so one script can touch them all on Redis Cluster.
+/// The Redis names of one lock: its key, and the names derived from it (fence counter, release
+/// channel, waiter queue). All share the key's `{hash tag}`, so one script can touch them all on
+/// Redis Cluster. The derived names are written straight into commands (no string per name).
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     pub(crate) key: String,
-    pub(crate) fence_key: String,
-    pub(crate) channel: String,
-    /// Waiters in arrival order (a sorted set scored by arrival number).
-    pub(crate) queue: String,
-    /// Each queued waiter's last attempt nonce and grace (a hash).
-    pub(crate) queue_states: String,
+}
+
+/// A name derived from a lock key: the key and a suffix.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Derived<'a> {
+    key: &'a str,
+    suffix: &'static str,
+}
+
+impl std::fmt::Display for Derived<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.key)?;
+        f.write_str(self.suffix)
+    }
+}
+
+impl redis::ToRedisArgs for Derived<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
+}
+
+fn derived<'a>(key: &'a str, suffix: &'static str) -> Derived<'a> {
+    Derived { key, suffix }
+}
+
+/// The waiter queue of the lock with key `key`.
+pub(crate) fn queue_of(key: &str) -> Derived<'_> {
+    derived(key, ":waiters")
 }
 
 impl Keys {
     pub(crate) fn new(key: String) -> Self {
-        Self {
-            fence_key: format!("{key}:fence"),
-            channel: format!("{key}:released"),
-            queue: format!("{key}:waiters"),
-            queue_states: format!("{key}:waiters:state"),
-            key,
-        }
+        Self { key }
+    }
+
+    fn derived(&self, suffix: &'static str) -> Derived<'_> {
+        derived(&self.key, suffix)
+    }
+
+    /// The fence counter.
+    pub(crate) fn fence(&self) -> Derived<'_> {
+        self.derived(":fence")
+    }
+
+    /// The channel a release is published on.
+    pub(crate) fn channel(&self) -> Derived<'_> {
+        self.derived(":released")
+    }
+
+    /// Waiters in arrival order (a sorted set scored by arrival number).
+    pub(crate) fn queue(&self) -> Derived<'_> {
+        queue_of(&self.key)
+    }
+
+    /// Each queued waiter's last attempt nonce and grace (a hash).
+    pub(crate) fn queue_states(&self) -> Derived<'_> {
+        self.derived(":waiters:state")
     }
 }
 
@@ -61,13 +103,12 @@ mod tests {
     #[test]
     fn every_key_shares_the_hash_tag() {
         let keys = Keys::new("lock:{job}".into());
-        for k in [
-            &keys.fence_key,
-            &keys.channel,
-            &keys.queue,
-            &keys.queue_states,
-        ] {
-            assert!(k.starts_with("lock:{job}:"), "{k}");
+        for k in [keys.fence(), keys.channel(), keys.queue(), keys.queue_states()] {
+            assert!(k.to_string().starts_with("lock:{job}:"), "{k}");
         }
+        // A derived name is one argument, written without a string of its own.
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(keys.fence());
+        assert_eq!(cmd.args_iter().count(), 2);
     }
 }

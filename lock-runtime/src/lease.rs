@@ -121,11 +121,10 @@ impl Lease {
         out
     }
 
-    fn stop_renewing(&self) {
+    fn stop_renewing(&mut self) {
         self.state.end();
-        if let Some(renewing) = &self.renewing {
-            renewing.stop();
-        }
+        // Dropping the handle takes the lease out of the schedule.
+        self.renewing = None;
     }
 }
 

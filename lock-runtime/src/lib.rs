@@ -27,7 +27,7 @@
 
 // The engine's layers, from the leaves up; each imports only from the layers above it in this
 // list (tests/layering.rs checks that there is no cycle):
-// - leaves: error, options, keys, scripts, output, connect, fanout
+// - leaves: error, options, keys, scripts, output, connect, fanout, random
 // - one server: pubsub (its release notifications), node (its connection and scripts)
 // - the deployment: quorum (N servers and the rule that decides their replies; one server is N = 1)
 // - one lease: validity (what is known of it), watchdog (its renewal), lease (the handle)
@@ -49,6 +49,7 @@ mod output;
 mod pubsub;
 mod queue;
 mod quorum;
+mod random;
 mod run;
 mod scripts;
 mod validity;

@@ -53,7 +53,13 @@ impl Locker {
 
     /// The Redis key of the lock `name`.
     pub fn key_of(&self, name: &str) -> String {
-        format!("{}{{{name}}}", self.inner.prefix)
+        let prefix = &self.inner.prefix;
+        let mut key = String::with_capacity(prefix.len() + name.len() + 2);
+        key.push_str(prefix);
+        key.push('{');
+        key.push_str(name);
+        key.push('}');
+        key
     }
 
     /// PINGs every node (all at once); fails unless a majority answers.

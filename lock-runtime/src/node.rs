@@ -179,26 +179,24 @@ impl Node {
         keys: &Keys,
         req: &AcquireRequest<'_>,
     ) -> RedisResult<AcquireReply> {
-        let (key, fence_key) = (&keys.key, &keys.fence_key);
-        let mut cmd = evalsha(&scripts::ACQUIRE, 4);
+        let key = &keys.key;
+        let mut cmd = evalsha(&scripts::ACQUIRE, 4, 12, 4 * key.len() + 160);
         cmd.arg(key)
-            .arg(fence_key)
-            .arg(&keys.queue)
-            .arg(&keys.queue_states);
-        let (waiter, grace_ms) = req
-            .waiter
-            .map_or(("", 0), |w| (w.id.as_str(), w.grace.as_millis() as u64));
-        let (evict, seen) = req.evict.unwrap_or(("", ""));
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.queue_states());
+        // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
         cmd.arg(req.token)
             .arg(req.ttl_ms)
-            .arg(waiter)
-            .arg(grace_ms)
-            .arg(evict)
-            .arg(seen)
             .arg(req.fence_quantum)
-            .arg(req.fence_retention_ms)
-            // The nonce of this attempt: the token is fresh for every attempt.
-            .arg(req.token);
+            .arg(req.fence_retention_ms);
+        if let Some(waiter) = req.waiter {
+            let (evict, seen) = req.evict.unwrap_or(("", ""));
+            cmd.arg(&waiter.id)
+                .arg(waiter.grace.as_millis() as u64)
+                .arg(evict)
+                .arg(seen);
+        }
         let sent = Instant::now();
         let reply: Vec<Value> = self.eval(&scripts::ACQUIRE, &cmd, req.limit).await?;
         self.rtt.record(sent.elapsed());
@@ -229,7 +227,8 @@ impl Node {
             },
             _ => AcquireReply::Foreign {
                 detail: format!(
-                    "fence counter `{fence_key}` is not an integer counter ({}); it was left untouched",
+                    "fence counter `{}` is not an integer counter ({}); it was left untouched",
+                    keys.fence(),
                     text(reply.get(1))
                 ),
             },
@@ -240,9 +239,9 @@ impl Node {
     pub(crate) async fn leave_queue(&self, keys: &Keys, waiter: &str) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
-        pipe.cmd("ZREM").arg(&keys.queue).arg(waiter).ignore();
+        pipe.cmd("ZREM").arg(keys.queue()).arg(waiter).ignore();
         pipe.cmd("HDEL")
-            .arg(&keys.queue_states)
+            .arg(keys.queue_states())
             .arg(waiter)
             .ignore();
         bounded(
@@ -254,7 +253,8 @@ impl Node {
 
     /// Renews many leases in one script call: `(key, token, ttl_ms)` each; true where still ours.
     pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> RedisResult<Vec<bool>> {
-        let mut cmd = evalsha(&scripts::RENEW, items.len());
+        let bytes: usize = items.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
+        let mut cmd = evalsha(&scripts::RENEW, items.len(), 3 * items.len(), bytes);
         for (key, _, _) in items {
             cmd.arg(*key);
         }
@@ -268,15 +268,20 @@ impl Node {
     }
 
     /// Compare-and-delete (or compare-and-PEXPIRE to `keep_ms`); true when the key was ours.
+    /// The release message goes out when waiters queue, or always with `always_publish`.
     pub(crate) async fn release(
         &self,
         key: &str,
         token: &str,
         keep_ms: u64,
-        channel: &str,
+        always_publish: bool,
     ) -> RedisResult<bool> {
-        let mut cmd = evalsha(&scripts::RELEASE, 1);
-        cmd.arg(key).arg(token).arg(keep_ms).arg(channel);
+        let mut cmd = evalsha(&scripts::RELEASE, 2, 5, 2 * key.len() + token.len() + 60);
+        cmd.arg(key)
+            .arg(crate::keys::queue_of(key))
+            .arg(token)
+            .arg(keep_ms)
+            .arg(if always_publish { "1" } else { "0" });
         let done: i64 = self
             .eval(&scripts::RELEASE, &cmd, self.settings.response_timeout)
             .await?;
@@ -285,13 +290,13 @@ impl Node {
 
     pub(crate) async fn raise_fence(
         &self,
-        fence_key: &str,
+        keys: &Keys,
         fence: u64,
         retention_ms: u64,
         limit: Duration,
     ) -> RedisResult<()> {
-        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1);
-        cmd.arg(fence_key).arg(fence).arg(retention_ms);
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 3, keys.key.len() + 60);
+        cmd.arg(keys.fence()).arg(fence).arg(retention_ms);
         let _: i64 = self.eval(&scripts::RAISE_FENCE, &cmd, limit).await?;
         Ok(())
     }
@@ -302,11 +307,12 @@ impl Node {
     }
 }
 
-/// `EVALSHA <sha> <numkeys>`; the caller appends the keys, then the arguments. Written straight
-/// into one command buffer, without `ScriptInvocation`'s copy of every argument.
-fn evalsha(script: &Script, numkeys: usize) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(numkeys);
+/// `EVALSHA <sha> <numkeys>`; the caller appends the keys, then the arguments (`args` in all,
+/// about `bytes` long). Written straight into one buffer sized up front: no copy of every
+/// argument (as `ScriptInvocation` makes) and no regrowth on the way.
+fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(args + 3, bytes + 60);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
     cmd
 }
 

@@ -36,7 +36,7 @@ impl QueuePlace {
             node: Arc::clone(node),
             keys: keys.clone(),
             waiter: Waiter {
-                id: uuid::Uuid::new_v4().simple().to_string(),
+                id: crate::random::token(),
                 grace: waiter_grace(node),
             },
             queued: false,
@@ -91,6 +91,8 @@ impl Drop for QueuePlace {
 #[derive(Default)]
 pub(crate) struct StaleHeads {
     seen: Mutex<HashMap<String, Seen>>,
+    /// Whether `seen` may hold anything: the common path (no queue) then takes no lock.
+    any: std::sync::atomic::AtomicBool,
 }
 
 struct Seen {
@@ -118,6 +120,7 @@ impl StaleHeads {
         if seen.len() >= STALE_HEADS_MAX {
             seen.clear();
         }
+        self.any.store(true, std::sync::atomic::Ordering::Relaxed);
         // The state is "<nonce> <grace ms>"; an unreadable one gets the least grace.
         let grace = state
             .rsplit(' ')
@@ -139,12 +142,22 @@ impl StaleHeads {
 
     /// The head to evict for `key`, with the state it was seen in, if it outstayed its grace.
     pub(crate) fn evictable(&self, key: &str) -> Option<(String, String)> {
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         let seen = self.seen.lock().expect("stale heads lock");
         let s = seen.get(key)?;
         (Instant::now() >= s.since + s.grace).then(|| (s.head.clone(), s.state.clone()))
     }
 
     pub(crate) fn forget(&self, key: &str) {
-        self.seen.lock().expect("stale heads lock").remove(key);
+        if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let mut seen = self.seen.lock().expect("stale heads lock");
+        seen.remove(key);
+        if seen.is_empty() {
+            self.any.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }

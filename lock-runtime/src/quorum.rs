@@ -128,6 +128,12 @@ impl Quorum {
         self.nodes[0].response_timeout().min(share)
     }
 
+    /// Waiters queue on one server, and a release wakes them only when they do; across several
+    /// servers nobody queues, so every release is published.
+    fn always_publish(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
     /// Fences on one server follow its clock to the µs; on a majority of several, to the second
     /// (see the acquire script).
     fn fence_quantum(&self) -> u64 {
@@ -196,37 +202,54 @@ impl Quorum {
     ) -> Result<Acquired, LockError> {
         let limit = self.per_node_limit(ask.validity);
         let quantum = self.fence_quantum();
-        let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
-            let node = Arc::clone(node);
-            let keys = keys.clone();
-            let (token, ttl_ms, retention) =
-                (ask.token.to_owned(), ask.ttl_ms, ask.fence_retention_ms);
-            let waiter = ask.waiter.cloned();
-            let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
-            async move {
+        let (needed, n) = (self.needed, self.nodes.len());
+        // One server: its one reply decides, awaited in place (no request boxed, nothing cloned).
+        let (replies, fanout): (Vec<Option<RedisResult<AcquireReply>>>, Late) =
+            if let [node] = self.nodes.as_slice() {
                 let request = AcquireRequest {
-                    token: &token,
-                    ttl_ms,
-                    waiter: waiter.as_ref(),
-                    evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
+                    token: ask.token,
+                    ttl_ms: ask.ttl_ms,
+                    waiter: ask.waiter,
+                    evict: ask.evict,
                     fence_quantum: quantum,
-                    fence_retention_ms: retention,
+                    fence_retention_ms: ask.fence_retention_ms,
                     limit,
                 };
-                node.acquire(&keys, &request).await
-            }
-        }));
-        let (needed, n) = (self.needed, self.nodes.len());
-        fanout
-            .until(|replies| {
-                let granted = replies
-                    .iter()
-                    .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
-                    .count();
-                let pending = replies.iter().filter(|r| r.is_none()).count();
-                granted >= needed || granted + pending < needed
-            })
-            .await;
+                let reply = node.acquire(keys, &request).await;
+                (vec![Some(reply)], Fanout::none())
+            } else {
+                let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
+                    let node = Arc::clone(node);
+                    let keys = keys.clone();
+                    let (token, ttl_ms, retention) =
+                        (ask.token.to_owned(), ask.ttl_ms, ask.fence_retention_ms);
+                    let waiter = ask.waiter.cloned();
+                    let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
+                    async move {
+                        let request = AcquireRequest {
+                            token: &token,
+                            ttl_ms,
+                            waiter: waiter.as_ref(),
+                            evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
+                            fence_quantum: quantum,
+                            fence_retention_ms: retention,
+                            limit,
+                        };
+                        node.acquire(&keys, &request).await
+                    }
+                }));
+                fanout
+                    .until(|replies| {
+                        let granted = replies
+                            .iter()
+                            .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
+                            .count();
+                        let pending = replies.iter().filter(|r| r.is_none()).count();
+                        granted >= needed || granted + pending < needed
+                    })
+                    .await;
+                (fanout.take_replies(), fanout)
+            };
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut busy_pttl: Option<Option<Duration>> = None;
         let mut busy_nodes = Vec::new();
@@ -234,7 +257,7 @@ impl Quorum {
         let mut failures: Vec<(usize, Failure)> = Vec::new();
         // Servers whose request failed in a way that may still have set the key (a timeout).
         let mut unsure = Vec::new();
-        for (i, reply) in fanout.take_replies().into_iter().enumerate() {
+        for (i, reply) in replies.into_iter().enumerate() {
             match reply {
                 Some(Ok(AcquireReply::Taken { fence })) => granted.push((i, fence)),
                 Some(Ok(AcquireReply::Busy { pttl })) => {
@@ -269,13 +292,7 @@ impl Quorum {
                 .map(|&(i, _)| i)
                 .collect();
             let raise_failures = self
-                .raise_fences(
-                    &behind,
-                    &keys.fence_key,
-                    fence,
-                    ask.fence_retention_ms,
-                    limit,
-                )
+                .raise_fences(&behind, keys, fence, ask.fence_retention_ms, limit)
                 .await;
             if granted.len() - raise_failures.len() >= needed {
                 return Ok(Acquired::Granted {
@@ -310,7 +327,7 @@ impl Quorum {
     async fn raise_fences(
         &self,
         behind: &[usize],
-        fence_key: &str,
+        keys: &Keys,
         fence: u64,
         retention_ms: u64,
         limit: Duration,
@@ -319,11 +336,8 @@ impl Quorum {
             return Vec::new();
         }
         let results = Fanout::new(behind.iter().map(|&i| {
-            let (node, fence_key) = (Arc::clone(&self.nodes[i]), fence_key.to_owned());
-            async move {
-                node.raise_fence(&fence_key, fence, retention_ms, limit)
-                    .await
-            }
+            let (node, keys) = (Arc::clone(&self.nodes[i]), keys.clone());
+            async move { node.raise_fence(&keys, fence, retention_ms, limit).await }
         }))
         .all()
         .await;
@@ -348,11 +362,12 @@ impl Quorum {
         mut late: Late,
         limit: Duration,
     ) {
+        let publish = self.always_publish();
         let release = {
             let (nodes, keys, token) = (self.nodes.clone(), keys.clone(), token.to_owned());
             move |i: usize| {
                 let (node, keys, token) = (Arc::clone(&nodes[i]), keys.clone(), token.clone());
-                async move { release_quietly(&node, &keys, &token, 0).await }
+                async move { release_quietly(&node, &keys, &token, 0, publish).await }
             }
         };
         if late.has_late() || !unsure.is_empty() {
@@ -375,9 +390,10 @@ impl Quorum {
     /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
     /// the server after it.
     pub(crate) fn forget(&self, keys: &Keys, token: &str) {
+        let publish = self.always_publish();
         for node in &self.nodes {
             let (node, keys, token) = (Arc::clone(node), keys.clone(), token.to_owned());
-            tokio::spawn(async move { release_quietly(&node, &keys, &token, 0).await });
+            tokio::spawn(async move { release_quietly(&node, &keys, &token, 0, publish).await });
         }
     }
 
@@ -388,7 +404,14 @@ impl Quorum {
         let keys = Keys::new(lease.key.clone());
         while let Some((i, reply)) = late.next_late().await {
             if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
-                release_quietly(&self.nodes[i], &keys, &lease.token, lease.keep_ms()).await;
+                release_quietly(
+                    &self.nodes[i],
+                    &keys,
+                    &lease.token,
+                    lease.keep_ms(),
+                    self.always_publish(),
+                )
+                .await;
             }
         }
     }
@@ -435,25 +458,29 @@ impl Quorum {
     /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
     /// when a majority confirms. `Lost` when the key was no longer ours.
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
-        let keep_ms = lease.keep_ms();
-        let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
-            let node = Arc::clone(node);
-            let (key, token, channel) = (
-                lease.key.clone(),
-                lease.token.clone(),
-                lease.channel.clone(),
-            );
-            async move { node.release(&key, &token, keep_ms, &channel).await }
-        }));
+        let (keep_ms, publish) = (lease.keep_ms(), self.always_publish());
         let (needed, n) = (self.needed, self.nodes.len());
-        fanout
-            .until(|replies| {
-                let t = Tally::of(replies.iter().map(answer));
-                t.yes >= needed || t.no > n - needed || n - t.failed < needed
-            })
-            .await;
-        let replies = fanout.take_replies();
-        fanout.detach();
+        let replies = if let [node] = self.nodes.as_slice() {
+            vec![Some(
+                node.release(&lease.key, &lease.token, keep_ms, publish)
+                    .await,
+            )]
+        } else {
+            let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
+                let node = Arc::clone(node);
+                let (key, token) = (lease.key.clone(), lease.token.clone());
+                async move { node.release(&key, &token, keep_ms, publish).await }
+            }));
+            fanout
+                .until(|replies| {
+                    let t = Tally::of(replies.iter().map(answer));
+                    t.yes >= needed || t.no > n - needed || n - t.failed < needed
+                })
+                .await;
+            let replies = fanout.take_replies();
+            fanout.detach();
+            replies
+        };
         let t = Tally::of(replies.iter().map(answer));
         if t.yes >= needed {
             return Ok(());
@@ -543,8 +570,8 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RedisResult<Vec<boo
 
 /// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and
 /// left to the key's ttl.
-async fn release_quietly(node: &Node, keys: &Keys, token: &str, keep_ms: u64) {
-    if let Err(e) = node.release(&keys.key, token, keep_ms, &keys.channel).await {
+async fn release_quietly(node: &Node, keys: &Keys, token: &str, keep_ms: u64, publish: bool) {
+    if let Err(e) = node.release(&keys.key, token, keep_ms, publish).await {
         tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
     }
 }

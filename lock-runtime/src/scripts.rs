@@ -6,10 +6,10 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// KEYS: lock, fence, waiter queue, waiter states.
-/// ARGV: 1 value (the token), 2 ttl ms, 3 waiter id (empty: not queuing), 4 waiter grace ms,
-/// 5 stale head to evict (empty: none), 6 the state that head was seen with, 7 fence quantum µs
-/// (1: one server; 1000000: a Redlock node), 8 fence counter retention ms (0: forever), 9 this
-/// attempt's nonce.
+/// ARGV: 1 value (the token, also this attempt's nonce), 2 ttl ms, 3 fence quantum µs (1: one
+/// server; 1000000: a Redlock node), 4 fence counter retention ms (0: forever); then, only for a
+/// waiter: 5 waiter id, 6 waiter grace ms, 7 stale head to evict (empty: none), 8 the state that
+/// head was seen with.
 ///
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
 /// the lock is free but another waiter is first in line; `{-1, type}` when the key holds another
@@ -32,12 +32,13 @@ use redis::Script;
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local waiter, grace = ARGV[3], tonumber(ARGV[4])
+local waiter = ARGV[5] or ''
 local first
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  if ARGV[5] ~= '' and redis.call('HGET', KEYS[4], ARGV[5]) == ARGV[6] then
-    redis.call('ZREM', KEYS[3], ARGV[5])
-    redis.call('HDEL', KEYS[4], ARGV[5])
+  local evict = ARGV[7] or ''
+  if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[8] then
+    redis.call('ZREM', KEYS[3], evict)
+    redis.call('HDEL', KEYS[4], evict)
   end
   while true do
     first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -57,11 +58,11 @@ if not first then
     local t = redis.call('TIME')
     local s = tonumber(t[1])
     local now = s * 1000000 + tonumber(t[2])
-    local quantum = tonumber(ARGV[7])
+    local quantum = tonumber(ARGV[3])
     if quantum > 1 and redis.call('LASTSAVE') < s then now = now - now % quantum end
     local fence = math.max(last + 1, now)
-    if ARGV[8] ~= '0' then
-      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[8])
+    if ARGV[4] ~= '0' then
+      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
     else
       redis.call('SET', KEYS[2], string.format('%d', fence))
     end
@@ -79,8 +80,8 @@ if waiter ~= '' then
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
     redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, waiter)
   end
-  redis.call('HSET', KEYS[4], waiter, ARGV[9] .. ' ' .. ARGV[4])
-  local keep = 4 * grace
+  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[6])
+  local keep = 4 * tonumber(ARGV[6])
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
@@ -115,11 +116,14 @@ return out
     )
 });
 
-/// KEYS: lock. ARGV: token, ms to keep the key (0: delete it), release channel.
+/// KEYS: lock, waiter queue. ARGV: token, ms to keep the key (0: delete it), `1` to publish the
+/// release always (Redlock: no queue), `0` only when waiters queue.
 /// Returns 1 when the key was ours, 0 when it was not (it is then left untouched).
 ///
 /// Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
-/// released lease still on its way cannot stretch it back to the full ttl.
+/// released lease still on its way cannot stretch it back to the full ttl. The release message
+/// goes to `<key>:released`; with no waiter queued nobody listens for it (a waiter queues before
+/// it waits), so it is not sent.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -128,7 +132,9 @@ if tonumber(ARGV[2]) > 0 then
   redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
 else
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], ARGV[1])
+  if ARGV[3] == '1' or redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+  end
 end
 return 1
 ",

@@ -12,7 +12,6 @@ use crate::{LockError, LostReason};
 pub(crate) struct LeaseState {
     pub name: String,
     pub key: String,
-    pub channel: String,
     pub token: String,
     pub fence: u64,
     pub ttl: Duration,
@@ -39,7 +38,6 @@ pub(crate) struct Status {
 pub(crate) struct Granted {
     pub name: String,
     pub key: String,
-    pub channel: String,
     pub token: String,
     pub fence: u64,
     pub ttl: Duration,
@@ -59,7 +57,6 @@ impl LeaseState {
         Self {
             name: g.name,
             key: g.key,
-            channel: g.channel,
             token: g.token,
             fence: g.fence,
             ttl: g.ttl,
