@@ -363,7 +363,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
              slowly (a virtual machine whose idle vCPUs take long to wake), and then any extra \
              thread activity of the engine keeps a CPU awake and shortens the round trip. Row 1 \
              is not meaningful in that state; for reproducible sequential figures run \
-             `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks` (client and server on one CPU)",
+             `BENCH_ONLY=1 taskset -c 0 cargo bench -p lock-bench` (client and server on one CPU)",
         );
     }
     report.note(placement);

@@ -2,14 +2,14 @@
 //! program, in the same run, on the same connection type, against private `redis-server`
 //! processes (never the one on 127.0.0.1:6379).
 //!
-//! Run: `cargo bench --bench locks` (or `cargo xtask bench`). `BENCH_SECS` (default 5) is the
+//! Run: `cargo bench -p lock-bench` (or `cargo xtask bench`). `BENCH_SECS` (default 5) is the
 //! length of the contended hand-off runs and of the held-lock run, and scales the others; the
 //! whole program takes about a minute with the default. `BENCH_ONLY=3` (or `1,4`, ...) runs only
 //! those rows.
 //!
 //! Sequential round trips on loopback (rows 1 and 5) depend on how fast the OS wakes a thread on
 //! another CPU. On small virtual machines that can swing by 5x from one process to the next; the
-//! program warns when row 1 looks affected. `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks`
+//! program warns when row 1 looks affected. `BENCH_ONLY=1 taskset -c 0 cargo bench -p lock-bench`
 //! (client and server on one CPU) gives stable sequential ratios there.
 //!
 //! Ratios are what matter: absolute figures move from machine to machine, and on a small machine

@@ -81,7 +81,7 @@ impl Report {
         let _ = writeln!(out, "redis:    {}", redis_version());
         let _ = writeln!(
             out,
-            "command:  cargo bench --bench locks   (BENCH_SECS={}: hand-off and held-lease runs of {:?}; \
+            "command:  cargo bench -p lock-bench   (BENCH_SECS={}: hand-off and held-lease runs of {:?}; \
              other figures from {} alternating rounds of {:?} slices; whole run {:.0?})",
             cfg.secs.as_secs_f64(),
             cfg.secs,
