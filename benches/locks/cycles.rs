@@ -23,8 +23,9 @@ async fn locked_noop(locker: &Locker, job: &str) -> Result<(), LockError> {
 enum Cycle {
     /// SET NX PX, then EVALSHA compare-and-delete, on a MultiplexedConnection.
     Floor,
-    /// The floor plus the server work the design adds, on the same connection: one script that
-    /// does SET NX PX and INCR of a fence counter, one that does compare-and-delete and PUBLISH.
+    /// The floor plus the server work that fencing and wake-ups add, on the same connection: one
+    /// script that does SET NX PX and INCR of a fence counter, one that does compare-and-delete
+    /// and PUBLISH.
     ScriptFloor,
     /// `Locker::acquire` + `Lease::release`.
     Acquire,
@@ -34,10 +35,10 @@ enum Cycle {
     Attr,
 }
 
-/// SET NX PX + INCR of the fence counter in one script (the design's acquire, success path).
+/// SET NX PX + INCR of the fence counter in one script (a fenced acquire, success path).
 const FENCED_ACQUIRE_LUA: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return {1, redis.call('INCR', KEYS[2])} end return {0, redis.call('PTTL', KEYS[1])}";
-/// Compare-and-delete + PUBLISH to wake waiters (the design's release).
+/// Compare-and-delete + PUBLISH to wake waiters (a waking release).
 const PUBLISHING_RELEASE_LUA: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end \
      redis.call('DEL', KEYS[1]) redis.call('PUBLISH', ARGV[2], ARGV[1]) return 1";
 
