@@ -7,6 +7,8 @@ use crate::{Config, loadavg};
 
 #[derive(Default)]
 pub(crate) struct Report {
+    /// Header lines that rows add (e.g. where the client and the server ran).
+    context: Vec<(String, String)>,
     rows: Vec<[String; 7]>,
     notes: Vec<String>,
 }
@@ -46,6 +48,11 @@ impl Report {
         ]);
     }
 
+    pub(crate) fn context(&mut self, key: &str, value: String) {
+        eprintln!("  {key}: {value}");
+        self.context.push((key.to_owned(), value));
+    }
+
     pub(crate) fn note(&mut self, note: String) {
         eprintln!("  note: {note}");
         self.notes.push(note);
@@ -79,10 +86,12 @@ impl Report {
         let _ = writeln!(out, "\n## Benchmark: lock engine vs floor\n");
         let _ = writeln!(out, "machine:  {}", machine());
         let _ = writeln!(out, "redis:    {}", redis_version());
+        let only = std::env::var("BENCH_ONLY")
+            .map_or_else(|_| String::new(), |o| format!("BENCH_ONLY={o} "));
         let _ = writeln!(
             out,
-            "command:  cargo bench -p lock-bench   (BENCH_SECS={}: hand-off and held-lease runs of {:?}; \
-             other figures from {} alternating rounds of {:?} slices; whole run {:.0?})",
+            "command:  BENCH_SECS={} {only}cargo bench -p lock-bench   (hand-off and held-lease \
+             runs of {:?}, other figures from {} alternating rounds of {:?} slices; whole run {:.0?})",
             cfg.secs.as_secs_f64(),
             cfg.secs,
             cfg.rounds,
@@ -91,9 +100,13 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "load:     loadavg {load_before} before, {} after (other processes share the CPUs: see the notes)\n",
+            "load:     loadavg {load_before} before, {} after (other processes share the CPUs: see the notes)",
             loadavg()
         );
+        for (key, value) in &self.context {
+            let _ = writeln!(out, "{key}: {value}");
+        }
+        let _ = writeln!(out);
         let _ = writeln!(out, "{}", line(&header));
         let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
         let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
