@@ -4,14 +4,16 @@
 //!
 //! Run: `cargo bench -p lock-bench` (or `cargo xtask bench`). `BENCH_ONLY=3` (or `1,4`, ...) runs
 //! only those rows (1 and 2 always run together). `BENCH_SECS` (default 5) is the length of the
-//! contended hand-off runs and of the held-lease run, and scales the others (comparisons take
-//! 4 x BENCH_SECS rounds); the whole program takes about a minute and a half with the default.
+//! held-lease run and scales the rest: hand-off runs last 0.6 x BENCH_SECS (3 s by default), and
+//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about two and a half minutes
+//! with the default; use `BENCH_SECS=1` while developing.
 //!
 //! Rows:
 //! 1. uncontended cycle, one task: the engine (acquire + release, run, the attribute) vs the raw
 //!    floor (`SET NX PX` + EVALSHA compare-and-delete) and vs rslock 0.10 (lock + unlock).
 //! 2. 64 tasks on distinct names, and the server CPU per cycle of the engine vs the floor.
-//! 3. hand-off on one name: 8 workers with a `Locker` each, vs a 100 ms polling loop.
+//! 3. hand-off on one name: 8 tasks on one shared `Locker`, and 8 tasks on 8 `Locker`s, 5 runs
+//!    each, vs a 100 ms polling loop.
 //! 4. 10,000 leases held at once.
 //! 5. Redlock on 3 and 5 nodes vs one node.
 //!
@@ -31,8 +33,10 @@
 
 mod alloc;
 mod compare;
+mod contended;
 mod cycle;
 mod handoff;
+mod handoff_stats;
 mod held;
 mod placement;
 mod profile;
@@ -46,7 +50,7 @@ use std::time::Duration;
 
 use lock_runtime::LockOptions;
 
-use handoff::contended;
+use contended::contended;
 use held::held_leases;
 use redlock::redlock;
 use report::Report;
@@ -65,6 +69,7 @@ fn main() {
     assert!(secs > 0.0, "BENCH_SECS must be above zero");
     let cfg = Config {
         secs: Duration::from_secs_f64(secs),
+        handoff_run: Duration::from_secs_f64(secs * 0.6),
         slice: Duration::from_millis(100),
         rounds: ((secs * 4.0).round() as usize).max(5),
     };
@@ -95,8 +100,10 @@ fn main() {
 }
 
 pub(crate) struct Config {
-    /// Length of the hand-off runs and of the held-lease run.
+    /// Length of the held-lease run; scales the rest.
     pub(crate) secs: Duration,
+    /// Length of one hand-off run (issue 11: 3 s).
+    pub(crate) handoff_run: Duration,
     /// Length of one throughput or latency slice.
     pub(crate) slice: Duration,
     /// Rounds of slices per comparison (each round measures every variant once).

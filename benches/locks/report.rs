@@ -90,9 +90,11 @@ impl Report {
             .map_or_else(|_| String::new(), |o| format!("BENCH_ONLY={o} "));
         let _ = writeln!(
             out,
-            "command:  BENCH_SECS={} {only}cargo bench -p lock-bench   (hand-off and held-lease \
-             runs of {:?}, other figures from {} alternating rounds of {:?} slices; whole run {:.0?})",
+            "command:  BENCH_SECS={} {only}cargo bench -p lock-bench   (hand-off runs of {:?}, \
+             held-lease run of {:?}, other figures from {} alternating rounds of {:?} slices; \
+             whole run {:.0?})",
             cfg.secs.as_secs_f64(),
+            cfg.handoff_run,
             cfg.secs,
             cfg.rounds,
             cfg.slice,
