@@ -5,8 +5,8 @@
 //! Run: `cargo bench -p lock-bench` (or `cargo xtask bench`). `BENCH_ONLY=3` (or `1,4`, ...) runs
 //! only those rows (1 and 2 always run together). `BENCH_SECS` (default 5) is the length of the
 //! held-lease run and scales the rest: hand-off runs last 0.6 x BENCH_SECS (3 s by default), and
-//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about two and a half minutes
-//! with the default; use `BENCH_SECS=1` while developing.
+//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about three minutes with the
+//! default; use `BENCH_SECS=1` while developing.
 //!
 //! Rows:
 //! 1. uncontended cycle, one task: the engine (acquire + release, run, the attribute) vs the raw
@@ -16,6 +16,7 @@
 //!    each, vs a 100 ms polling loop.
 //! 4. 10,000 leases held at once.
 //! 5. Redlock on 3 and 5 nodes vs one node.
+//! 6. the uncontended cycle over a slow link (100 µs each way) vs the floor over the same link.
 //!
 //! Sequential round trips on loopback (rows 1, 2d and 5) depend on how fast the OS wakes a thread
 //! on another CPU. On small virtual machines that can swing by 5x from one process to the next;
@@ -35,6 +36,7 @@ mod alloc;
 mod compare;
 mod contended;
 mod cycle;
+mod delay_proxy;
 mod handoff;
 mod handoff_stats;
 mod held;
@@ -43,6 +45,7 @@ mod profile;
 mod raw;
 mod redlock;
 mod report;
+mod slow_link;
 mod threads;
 mod uncontended;
 
@@ -54,9 +57,10 @@ use contended::contended;
 use held::held_leases;
 use redlock::redlock;
 use report::Report;
+use slow_link::slow_link;
 use uncontended::uncontended;
 
-/// Lease length of the uncontended cycles (rows 1, 2 and 5): long enough never to be renewed.
+/// Lease length of the uncontended cycles (rows 1, 2, 5 and 6): long enough never to be renewed.
 pub(crate) const CYCLE_TTL_MS: u64 = 10_000;
 pub(crate) const CYCLE_TTL: Duration = Duration::from_millis(CYCLE_TTL_MS);
 pub(crate) const CYCLE_OPTS: LockOptions = LockOptions::new(CYCLE_TTL);
@@ -94,6 +98,9 @@ fn main() {
         }
         if wanted('5') {
             redlock(&cfg, &mut report).await;
+        }
+        if wanted('6') {
+            slow_link(&cfg, &mut report).await;
         }
     });
     report.print(&cfg, began.elapsed(), &load_before);
