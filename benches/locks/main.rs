@@ -5,8 +5,8 @@
 //! Run: `cargo bench -p lock-bench` (or `cargo xtask bench`). `BENCH_ONLY=3` (or `1,4`, ...) runs
 //! only those rows (1 and 2 always run together). `BENCH_SECS` (default 5) is the length of the
 //! held-lease run and scales the rest: hand-off runs last 0.6 x BENCH_SECS (3 s by default), and
-//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about three minutes with the
-//! default; use `BENCH_SECS=1` while developing.
+//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about two minutes with the
+//! default on a 2-vCPU machine; use `BENCH_SECS=1` while developing.
 //!
 //! Rows:
 //! 1. uncontended cycle, one task: the engine (acquire + release, run, the attribute) vs the raw

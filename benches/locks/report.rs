@@ -130,20 +130,24 @@ pub(crate) fn verdict(ok: bool) -> Verdict {
 }
 
 fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
+    // available_parallelism counts the CPUs this process may use (1 under `taskset -c 0`).
+    let usable = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
+    let model = info
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or_else(|| "unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
     let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| format!("Linux {}", s.trim()))
         .unwrap_or_else(|_| std::env::consts::OS.to_owned());
-    format!("nproc {cpus}, {model}, {os}")
+    let usable = if usable == cpus {
+        String::new()
+    } else {
+        format!(" ({usable} usable by this run)")
+    };
+    format!("{cpus} CPUs{usable}, {model}, {os}")
 }
 
 fn redis_version() -> String {
