@@ -255,7 +255,7 @@ pub(crate) async fn held_leases(cfg: &Config, report: &mut Report) {
     report.note(format!(
         "4: {HELD} leases acquired in {:.0?} by {HELD_TASKS} tasks, then held {:.1?}: {calls} EVALSHA calls \
          ({periods:.1} renew periods); {} renewal intervals seen in {} samples (mean {mean_interval:.0} ms: \
-         renewals come up to renew/4 early by design); {still_held}/{HELD} still held at the end; \
+         the watchdog renews up to renew/4 early on purpose, to batch leases); {still_held}/{HELD} still held at the end; \
          the sampler's slowest read of all expiries took {}; CPU is every thread's on-CPU time \
          (schedstat) but the sampler's; heap is the net of the allocations made while the leases were taken (a counting allocator), RSS the VmRSS delta across it",
         acquire_took,

@@ -1,46 +1,69 @@
 //! The benchmark table: the lock engine next to a floor (or a baseline) measured by this same
-//! program, in the same run, on the same connection type, against private `redis-server`
-//! processes (never the one on 127.0.0.1:6379).
+//! program, in the same run, against private `redis-server` processes (never the one on
+//! 127.0.0.1:6379).
 //!
-//! Run: `cargo bench --bench locks` (or `cargo xtask bench`). `BENCH_SECS` (default 5) is the
-//! length of the contended hand-off runs and of the held-lock run, and scales the others; the
-//! whole program takes about a minute with the default. `BENCH_ONLY=3` (or `1,4`, ...) runs only
-//! those rows.
+//! Run: `cargo bench -p lock-bench` (or `cargo xtask bench`). `BENCH_ONLY=3` (or `1,4`, ...) runs
+//! only those rows (1 and 2 always run together). `BENCH_SECS` (default 5) is the length of the
+//! held-lease run and scales the rest: hand-off runs last 0.6 x BENCH_SECS (3 s by default), and
+//! comparisons take 4 x BENCH_SECS rounds. The whole program takes about two minutes with the
+//! default on a 2-vCPU machine; use `BENCH_SECS=1` while developing.
 //!
-//! Sequential round trips on loopback (rows 1 and 5) depend on how fast the OS wakes a thread on
-//! another CPU. On small virtual machines that can swing by 5x from one process to the next; the
-//! program warns when row 1 looks affected. `BENCH_ONLY=1 taskset -c 0 cargo bench --bench locks`
-//! (client and server on one CPU) gives stable sequential ratios there.
+//! Rows:
+//! 1. uncontended cycle, one task: the engine (acquire + release, run, the attribute) vs the raw
+//!    floor (`SET NX PX` + EVALSHA compare-and-delete) and vs rslock 0.10 (lock + unlock).
+//! 2. 64 tasks on distinct names, and the server CPU per cycle of the engine vs the floor.
+//! 3. hand-off on one name: 8 tasks on one shared `Locker`, and 8 tasks on 8 `Locker`s, 5 runs
+//!    each, vs a 100 ms polling loop.
+//! 4. 10,000 leases held at once.
+//! 5. Redlock on 3 and 5 nodes vs one node.
+//! 6. the uncontended cycle over a slow link (100 µs each way) vs the floor over the same link.
+//!
+//! Sequential round trips on loopback (rows 1, 2d and 5) depend on how fast the OS wakes a thread
+//! on another CPU. On small virtual machines that can swing by 5x from one process to the next;
+//! the program warns when row 1 looks affected. Pinned, client and server share one CPU and the
+//! sequential ratios are stable: `BENCH_ONLY=1,2 taskset -c 0 cargo bench -p lock-bench` (the
+//! redis-server processes inherit the affinity; the header says where each ran).
 //!
 //! Ratios are what matter: absolute figures move from machine to machine, and on a small machine
 //! the client and the server(s) share the same cores. Throughput and latency are measured in
-//! short slices that alternate between the engine and its floor (ABBA order), and each ratio is
-//! the median of the per-round ratios: a slowdown of the whole machine (another process, a noisy
-//! neighbour) then hits both sides of a ratio alike. CPU time per cycle (client threads and
-//! server process, from /proc schedstat) is reported too: it does not depend on that noise.
+//! short slices that alternate between the variants (ABBA order), and each ratio is the median of
+//! the per-round ratios (with its interquartile range): a slowdown of the whole machine (another
+//! process, a noisy neighbour) then hits both sides of a ratio alike. CPU time per cycle (client
+//! threads and server process, from /proc schedstat) is reported too: it does not depend on that
+//! noise.
 
 mod alloc;
-mod cycles;
+mod compare;
+mod contended;
+mod cycle;
+mod delay_proxy;
 mod handoff;
+mod handoff_stats;
 mod held;
+mod placement;
+mod profile;
 mod raw;
 mod redlock;
 mod report;
+mod slow_link;
 mod threads;
+mod uncontended;
 
 use std::time::Duration;
 
 use lock_runtime::LockOptions;
 
-use cycles::uncontended;
-use handoff::contended;
+use contended::contended;
 use held::held_leases;
 use redlock::redlock;
 use report::Report;
+use slow_link::slow_link;
+use uncontended::uncontended;
 
-/// Lease length of the uncontended cycles (rows 1, 2 and 5): long enough never to be renewed.
+/// Lease length of the uncontended cycles (rows 1, 2, 5 and 6): long enough never to be renewed.
 pub(crate) const CYCLE_TTL_MS: u64 = 10_000;
-pub(crate) const CYCLE_OPTS: LockOptions = LockOptions::new(Duration::from_millis(CYCLE_TTL_MS));
+pub(crate) const CYCLE_TTL: Duration = Duration::from_millis(CYCLE_TTL_MS);
+pub(crate) const CYCLE_OPTS: LockOptions = LockOptions::new(CYCLE_TTL);
 
 fn main() {
     let secs: f64 = match std::env::var("BENCH_SECS") {
@@ -50,6 +73,7 @@ fn main() {
     assert!(secs > 0.0, "BENCH_SECS must be above zero");
     let cfg = Config {
         secs: Duration::from_secs_f64(secs),
+        handoff_run: Duration::from_secs_f64(secs * 0.6),
         slice: Duration::from_millis(100),
         rounds: ((secs * 4.0).round() as usize).max(5),
     };
@@ -60,7 +84,6 @@ fn main() {
     let began = std::time::Instant::now();
     let load_before = loadavg();
     let mut report = Report::default();
-    // BENCH_ONLY=3 or BENCH_ONLY=1,4: run only these rows (1 and 2 always run together).
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |row: char| only.is_empty() || only.contains(row);
     runtime.block_on(async {
@@ -76,13 +99,18 @@ fn main() {
         if wanted('5') {
             redlock(&cfg, &mut report).await;
         }
+        if wanted('6') {
+            slow_link(&cfg, &mut report).await;
+        }
     });
     report.print(&cfg, began.elapsed(), &load_before);
 }
 
 pub(crate) struct Config {
-    /// Length of the hand-off runs and of the held-lock run.
+    /// Length of the held-lease run; scales the rest.
     pub(crate) secs: Duration,
+    /// Length of one hand-off run (issue 11: 3 s).
+    pub(crate) handoff_run: Duration,
     /// Length of one throughput or latency slice.
     pub(crate) slice: Duration,
     /// Rounds of slices per comparison (each round measures every variant once).

@@ -7,6 +7,8 @@ use crate::{Config, loadavg};
 
 #[derive(Default)]
 pub(crate) struct Report {
+    /// Header lines that rows add (e.g. where the client and the server ran).
+    context: Vec<(String, String)>,
     rows: Vec<[String; 7]>,
     notes: Vec<String>,
 }
@@ -46,6 +48,11 @@ impl Report {
         ]);
     }
 
+    pub(crate) fn context(&mut self, key: &str, value: String) {
+        eprintln!("  {key}: {value}");
+        self.context.push((key.to_owned(), value));
+    }
+
     pub(crate) fn note(&mut self, note: String) {
         eprintln!("  note: {note}");
         self.notes.push(note);
@@ -79,11 +86,15 @@ impl Report {
         let _ = writeln!(out, "\n## Benchmark: lock engine vs floor\n");
         let _ = writeln!(out, "machine:  {}", machine());
         let _ = writeln!(out, "redis:    {}", redis_version());
+        let only = std::env::var("BENCH_ONLY")
+            .map_or_else(|_| String::new(), |o| format!("BENCH_ONLY={o} "));
         let _ = writeln!(
             out,
-            "command:  cargo bench --bench locks   (BENCH_SECS={}: hand-off and held-lease runs of {:?}; \
-             other figures from {} alternating rounds of {:?} slices; whole run {:.0?})",
+            "command:  BENCH_SECS={} {only}cargo bench -p lock-bench   (hand-off runs of {:?}, \
+             held-lease run of {:?}, other figures from {} alternating rounds of {:?} slices; \
+             whole run {:.0?})",
             cfg.secs.as_secs_f64(),
+            cfg.handoff_run,
             cfg.secs,
             cfg.rounds,
             cfg.slice,
@@ -91,9 +102,13 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "load:     loadavg {load_before} before, {} after (other processes share the CPUs: see the notes)\n",
+            "load:     loadavg {load_before} before, {} after (other processes share the CPUs: see the notes)",
             loadavg()
         );
+        for (key, value) in &self.context {
+            let _ = writeln!(out, "{key}: {value}");
+        }
+        let _ = writeln!(out);
         let _ = writeln!(out, "{}", line(&header));
         let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
         let rule: Vec<&str> = rule.iter().map(String::as_str).collect();
@@ -115,20 +130,24 @@ pub(crate) fn verdict(ok: bool) -> Verdict {
 }
 
 fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
-    let model = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, m)| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
+    // available_parallelism counts the CPUs this process may use (1 under `taskset -c 0`).
+    let usable = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
+    let model = info
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or_else(|| "unknown CPU".to_owned(), |(_, m)| m.trim().to_owned());
     let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| format!("Linux {}", s.trim()))
         .unwrap_or_else(|_| std::env::consts::OS.to_owned());
-    format!("nproc {cpus}, {model}, {os}")
+    let usable = if usable == cpus {
+        String::new()
+    } else {
+        format!(" ({usable} usable by this run)")
+    };
+    format!("{cpus} CPUs{usable}, {model}, {os}")
 }
 
 fn redis_version() -> String {

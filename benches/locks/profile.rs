@@ -1,0 +1,41 @@
+//! What one sequential cycle costs besides time: allocations, context switches, server commands
+
+use crate::alloc::counting_allocs;
+use crate::cycle::{Cycle, Target, cycle_name, one_cycle};
+use crate::raw::command_calls;
+use crate::threads::ThreadClock;
+
+/// Client heap allocations, client context switches and server commands per cycle of `kind`,
+/// over 1000 sequential cycles.
+pub(crate) async fn per_cycle_profile(t: &Target, kind: Cycle) -> String {
+    const N: u64 = 1000;
+    let mut raw = t.raw.clone();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .expect("RESETSTAT");
+    let name = cycle_name(kind, 999);
+    let key = t.locker.key_of(&name);
+    let clock = ThreadClock::start("self", None);
+    let ((), allocs, _) = counting_allocs(async {
+        for seq in 0..N {
+            one_cycle(t, &mut raw, kind, &name, &key, (999 << 40) | seq).await;
+        }
+    })
+    .await;
+    let (_, switches) = clock.elapsed();
+    let mut calls = command_calls(&mut raw).await;
+    calls.retain(|(name, _)| name != "config|resetstat" && name != "info");
+    calls.sort();
+    let commands = calls
+        .iter()
+        .map(|(name, calls)| format!("{name} {:.0}", *calls as f64 / N as f64))
+        .collect::<Vec<_>>()
+        .join(" ");
+    format!(
+        "{:.0} allocations, {:.1} context switches; server: {commands}",
+        allocs as f64 / N as f64,
+        switches as f64 / N as f64
+    )
+}
