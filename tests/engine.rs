@@ -56,10 +56,10 @@ async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
 }
 
 #[tokio::test]
-async fn acquire_is_one_evalsha_and_scripts_load_once() {
+async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once() {
     let env = Env::start().await;
     let o = opts(5_000);
-    // Warm up: the first call loads the scripts.
+    // Warm up: the first release loads its script.
     env.locker
         .acquire("rt", &o)
         .await
@@ -69,13 +69,20 @@ async fn acquire_is_one_evalsha_and_scripts_load_once() {
         .unwrap();
     env.reset_stats().await;
     let lease = env.locker.acquire("rt", &o).await.unwrap();
-    assert_eq!(
-        env.calls("evalsha").await,
-        1,
-        "acquire must be one round trip (one EVALSHA)"
-    );
+    // One pipeline of plain commands: SET NX PX GET, TIME, GET of the fence counter, EXISTS.
+    for (command, calls) in [
+        ("set", 1),
+        ("time", 1),
+        ("get", 1),
+        ("exists", 1),
+        ("evalsha", 0),
+    ] {
+        assert_eq!(env.calls(command).await, calls, "acquire: {command}");
+    }
     lease.release().await.unwrap();
-    assert_eq!(env.calls("evalsha").await, 2, "release must be one EVALSHA");
+    assert_eq!(env.calls("evalsha").await, 1, "release must be one EVALSHA");
+    // Nobody waits: no release message.
+    assert_eq!(env.calls("publish").await, 0);
     for _ in 0..50 {
         env.locker
             .acquire("rt", &o)
@@ -87,7 +94,18 @@ async fn acquire_is_one_evalsha_and_scripts_load_once() {
     }
     assert_eq!(env.calls("eval").await, 0, "scripts are never sent in full");
     assert_eq!(env.calls("script|load").await, 0, "scripts are loaded once");
-    assert_eq!(env.calls("evalsha").await, 102);
+    assert_eq!(env.calls("evalsha").await, 51);
+    // The release recorded the last fence in the counter.
+    let lease = env.locker.acquire("rt", &o).await.unwrap();
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    let counter: u64 = env
+        .get(&format!("{}:fence", env.key("rt")))
+        .await
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(counter, fence);
 }
 
 #[tokio::test]
@@ -454,7 +472,7 @@ async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     env.reset_stats().await;
     let err = env.locker.acquire("busy", &opts(10_000)).await.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }));
-    assert_eq!(env.calls("evalsha").await, 1, "wait = 0 tries exactly once");
+    assert_eq!(env.calls("set").await, 1, "wait = 0 tries exactly once");
 }
 
 #[tokio::test]

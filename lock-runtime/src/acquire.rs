@@ -14,14 +14,12 @@ use crate::validity::{Granted, LeaseState};
 use crate::watchdog::Watchdog;
 use crate::{Lease, LockError, LockOptions};
 
-/// Everything a locker needs to hand out leases: its deployment, its renewal schedule, the queue
-/// heads it saw, and how long fence counters are kept.
+/// Everything a locker needs to hand out leases: its deployment, its renewal schedule and the
+/// queue heads it saw.
 pub(crate) struct Acquirer {
     pub(crate) quorum: Arc<Quorum>,
     watchdog: Watchdog,
     stale_heads: StaleHeads,
-    /// 0: fence counters are kept forever.
-    fence_retention_ms: u64,
 }
 
 /// The outcome of one attempt.
@@ -65,12 +63,11 @@ impl Drop for InFlight<'_> {
 }
 
 impl Acquirer {
-    pub(crate) fn new(quorum: Arc<Quorum>, fence_retention_ms: u64) -> Self {
+    pub(crate) fn new(quorum: Arc<Quorum>) -> Self {
         Self {
             watchdog: Watchdog::new(Arc::clone(&quorum)),
             quorum,
             stale_heads: StaleHeads::default(),
-            fence_retention_ms,
         }
     }
 
@@ -196,7 +193,6 @@ impl Acquirer {
             validity,
             waiter,
             evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
-            fence_retention_ms: self.fence_retention_ms,
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {
@@ -206,25 +202,31 @@ impl Acquirer {
             armed: true,
         };
         // A failed attempt has cleaned up after itself by the time it returns.
-        let (fence, granted, late) = match self.quorum.acquire(lock_name, keys, &ask).await {
-            Ok(Acquired::Granted { fence, nodes, late }) => (fence, nodes, late),
-            Ok(Acquired::Busy { pttl, nodes }) => {
-                in_flight.settle();
-                return Ok(Attempt::Busy { retry: pttl, nodes });
-            }
-            Ok(Acquired::NotOurTurn { head, state }) => {
-                in_flight.settle();
-                let retry = self.stale_heads.seen(&keys.key, head, state);
-                return Ok(Attempt::Busy {
-                    retry: Some(retry),
-                    nodes: vec![0],
-                });
-            }
-            Err(e) => {
-                in_flight.settle();
-                return Err(e);
-            }
-        };
+        let (fence, record_fence, granted, late) =
+            match self.quorum.acquire(lock_name, keys, &ask).await {
+                Ok(Acquired::Granted {
+                    fence,
+                    record_fence,
+                    nodes,
+                    late,
+                }) => (fence, record_fence, nodes, late),
+                Ok(Acquired::Busy { pttl, nodes }) => {
+                    in_flight.settle();
+                    return Ok(Attempt::Busy { retry: pttl, nodes });
+                }
+                Ok(Acquired::NotOurTurn { head, state }) => {
+                    in_flight.settle();
+                    let retry = self.stale_heads.seen(&keys.key, head, state);
+                    return Ok(Attempt::Busy {
+                        retry: Some(retry),
+                        nodes: vec![0],
+                    });
+                }
+                Err(e) => {
+                    in_flight.settle();
+                    return Err(e);
+                }
+            };
         self.stale_heads.forget(&keys.key);
         if Instant::now() >= sent + validity {
             let limit = self.quorum.nodes()[0].response_timeout().min(validity);
@@ -241,6 +243,7 @@ impl Acquirer {
             key: keys.key.clone(),
             token,
             fence,
+            record_fence,
             ttl,
             renew: opts.renew(),
             min_hold: opts.min_hold(),

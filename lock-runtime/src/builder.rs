@@ -127,7 +127,7 @@ impl LockerBuilder {
         let retention_ms = self
             .fence_retention
             .map_or(0, |d| (d.as_millis() as u64).max(1));
-        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes)), retention_ms);
+        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)));
         Ok(Locker::new(acquirer, self.prefix))
     }
 

@@ -34,6 +34,11 @@ fn derived<'a>(key: &'a str, suffix: &'static str) -> Derived<'a> {
     Derived { key, suffix }
 }
 
+/// The fence counter of the lock with key `key`.
+pub(crate) fn fence_of(key: &str) -> Derived<'_> {
+    derived(key, ":fence")
+}
+
 /// The waiter queue of the lock with key `key`.
 pub(crate) fn queue_of(key: &str) -> Derived<'_> {
     derived(key, ":waiters")
@@ -50,7 +55,7 @@ impl Keys {
 
     /// The fence counter.
     pub(crate) fn fence(&self) -> Derived<'_> {
-        self.derived(":fence")
+        fence_of(&self.key)
     }
 
     /// The channel a release is published on.
@@ -103,7 +108,12 @@ mod tests {
     #[test]
     fn every_key_shares_the_hash_tag() {
         let keys = Keys::new("lock:{job}".into());
-        for k in [keys.fence(), keys.channel(), keys.queue(), keys.queue_states()] {
+        for k in [
+            keys.fence(),
+            keys.channel(),
+            keys.queue(),
+            keys.queue_states(),
+        ] {
             assert!(k.to_string().starts_with("lock:{job}:"), "{k}");
         }
         // A derived name is one argument, written without a string of its own.

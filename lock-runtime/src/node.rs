@@ -39,6 +39,31 @@ pub(crate) struct Waiter {
     pub grace: Duration,
 }
 
+/// How a release goes.
+pub(crate) struct Release {
+    /// Keep the key this long (`min_hold`); 0 deletes it (or hands it to the first waiter).
+    pub keep_ms: u64,
+    /// Publish the release even with nobody queued (Redlock: nobody queues).
+    pub always_publish: bool,
+    /// The fence to record in the counter; 0 when it is recorded already.
+    pub record_fence: u64,
+    pub fence_retention_ms: u64,
+}
+
+/// The reply of the uncontended path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FastReply {
+    Taken {
+        fence: u64,
+    },
+    /// Held by someone else.
+    Busy,
+    /// For the script to tell; `taken` when the plain `SET NX` did set the key.
+    Unclear {
+        taken: bool,
+    },
+}
+
 /// The reply to an acquire attempt on one node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -235,7 +260,73 @@ impl Node {
         })
     }
 
-    /// Takes `waiter` out of the lock's queue (it gave up or was cancelled).
+    /// The uncontended path on one server, in plain commands and one round trip: `SET NX PX GET`
+    /// (which also says whether the key was free), the server's clock and the fence counter, and
+    /// whether waiters queue (a lock taken from under queued waiters is handed over to them at
+    /// once). The fence is `max(counter + 1, clock in µs)`, as the acquire script computes it; the
+    /// counter is written at release (see [`scripts::RELEASE`]), while the key is still ours.
+    /// Anything unusual (a key or counter of another type, a counter that is not a number) goes
+    /// to the script (`Unclear`), which tells what it is.
+    pub(crate) async fn acquire_fast(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<FastReply> {
+        let key = &keys.key;
+        let mut pipe = redis::Pipeline::with_capacity(4);
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET")
+            .cmd("TIME")
+            .cmd("GET")
+            .arg(keys.fence())
+            .cmd("EXISTS")
+            .arg(keys.queue());
+        let mut conn = self.conn.clone();
+        let sent = Instant::now();
+        let call = pipe.query_async::<(Option<Value>, (u64, u64), Value, bool)>(&mut conn);
+        let replies = if limit >= self.settings.response_timeout {
+            call.await
+        } else {
+            bounded(limit, call).await
+        };
+        let (previous, (secs, micros), counter, queued) = match replies {
+            Ok(replies) => replies,
+            // The server answered, with an error (a key of another type): the script tells.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                return Ok(FastReply::Unclear { taken: true });
+            }
+            Err(e) => return Err(e),
+        };
+        self.rtt.record(sent.elapsed());
+        let counter = match counter {
+            Value::Nil => Some(0),
+            Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            _ => None,
+        };
+        Ok(match (previous, counter) {
+            // Free, but waiters queue (the lock expired under them): theirs, not ours.
+            (None, _) if queued => FastReply::Unclear { taken: true },
+            (None, Some(last)) => FastReply::Taken {
+                fence: (last + 1).max(secs * 1_000_000 + micros),
+            },
+            // Ours, but the counter is not a counter: the script reports it (after a release).
+            (None, None) => FastReply::Unclear { taken: true },
+            // Held: when it frees, the waiting path asks the script (which knows the PTTL).
+            (Some(_), _) => FastReply::Busy,
+        })
+    }
+
+    /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
+    /// that was handed to it.
     pub(crate) async fn leave_queue(&self, keys: &Keys, waiter: &str) -> RedisResult<()> {
         let mut conn = self.conn.clone();
         let mut pipe = redis::pipe();
@@ -248,7 +339,16 @@ impl Node {
             self.settings.response_timeout,
             pipe.query_async::<()>(&mut conn),
         )
-        .await
+        .await?;
+        // A lock handed to this waiter meanwhile goes on to the next one (or is freed).
+        let handed = format!("~{waiter}");
+        let how = Release {
+            keep_ms: 0,
+            always_publish: false,
+            record_fence: 0,
+            fence_retention_ms: 0,
+        };
+        self.release(&keys.key, &handed, &how).await.map(|_| ())
     }
 
     /// Renews many leases in one script call: `(key, token, ttl_ms)` each; true where still ours.
@@ -267,21 +367,18 @@ impl Node {
         Ok(out.into_iter().map(|v| v == 1).collect())
     }
 
-    /// Compare-and-delete (or compare-and-PEXPIRE to `keep_ms`); true when the key was ours.
-    /// The release message goes out when waiters queue, or always with `always_publish`.
-    pub(crate) async fn release(
-        &self,
-        key: &str,
-        token: &str,
-        keep_ms: u64,
-        always_publish: bool,
-    ) -> RedisResult<bool> {
-        let mut cmd = evalsha(&scripts::RELEASE, 2, 5, 2 * key.len() + token.len() + 60);
+    /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
+    /// the key was ours. See [`scripts::RELEASE`].
+    pub(crate) async fn release(&self, key: &str, token: &str, how: &Release) -> RedisResult<bool> {
+        let mut cmd = evalsha(&scripts::RELEASE, 3, 8, 3 * key.len() + token.len() + 100);
         cmd.arg(key)
             .arg(crate::keys::queue_of(key))
+            .arg(crate::keys::fence_of(key))
             .arg(token)
-            .arg(keep_ms)
-            .arg(if always_publish { "1" } else { "0" });
+            .arg(how.keep_ms)
+            .arg(if how.always_publish { "1" } else { "0" })
+            .arg(how.record_fence)
+            .arg(how.fence_retention_ms);
         let done: i64 = self
             .eval(&scripts::RELEASE, &cmd, self.settings.response_timeout)
             .await?;

@@ -12,7 +12,7 @@ use redis::RedisResult;
 
 use crate::fanout::Fanout;
 use crate::keys::Keys;
-use crate::node::{AcquireReply, AcquireRequest, Node, Waiter};
+use crate::node::{AcquireReply, AcquireRequest, FastReply, Node, Release, Waiter};
 use crate::pubsub::Subscription;
 use crate::validity::LeaseState;
 use crate::{LockError, LostReason};
@@ -25,6 +25,8 @@ const REDLOCK_FENCE_QUANTUM_US: u64 = 1_000_000;
 pub(crate) struct Quorum {
     nodes: Vec<Arc<Node>>,
     needed: usize,
+    /// How long an unused fence counter is kept; 0 forever.
+    fence_retention_ms: u64,
 }
 
 /// Acquire requests still out when an attempt was decided.
@@ -38,7 +40,6 @@ pub(crate) struct Ask<'a> {
     pub validity: Duration,
     pub waiter: Option<&'a Waiter>,
     pub evict: Option<(&'a str, &'a str)>,
-    pub fence_retention_ms: u64,
 }
 
 /// The decided outcome of one acquire attempt.
@@ -47,6 +48,8 @@ pub(crate) enum Acquired {
     /// out (late grants are part of the lease: renewed and released with the rest).
     Granted {
         fence: u64,
+        /// Taken by the plain-command path: the fence counter is written at release.
+        record_fence: bool,
         nodes: Vec<usize>,
         late: Late,
     },
@@ -95,9 +98,23 @@ impl Tally {
 }
 
 impl Quorum {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>) -> Self {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, fence_retention_ms: u64) -> Self {
         let needed = nodes.len() / 2 + 1;
-        Self { nodes, needed }
+        Self {
+            nodes,
+            needed,
+            fence_retention_ms,
+        }
+    }
+
+    /// A release that only undoes (or keeps for `keep_ms`): no fence to record.
+    fn cleanup(&self, keep_ms: u64) -> Release {
+        Release {
+            keep_ms,
+            always_publish: self.always_publish(),
+            record_fence: 0,
+            fence_retention_ms: self.fence_retention_ms,
+        }
     }
 
     /// How many servers must agree: `N/2 + 1`.
@@ -203,6 +220,43 @@ impl Quorum {
         let limit = self.per_node_limit(ask.validity);
         let quantum = self.fence_quantum();
         let (needed, n) = (self.needed, self.nodes.len());
+        // One server, nobody queued on our behalf: plain commands, no script.
+        if let [node] = self.nodes.as_slice()
+            && ask.waiter.is_none()
+            && ask.evict.is_none()
+        {
+            match node.acquire_fast(keys, ask.token, ask.ttl_ms, limit).await {
+                Ok(FastReply::Taken { fence }) => {
+                    return Ok(Acquired::Granted {
+                        fence,
+                        record_fence: true,
+                        nodes: vec![0],
+                        late: Fanout::none(),
+                    });
+                }
+                Ok(FastReply::Busy) => {
+                    // Held: a waiter subscribes and asks the script next, which knows the PTTL.
+                    return Ok(Acquired::Busy {
+                        pttl: None,
+                        nodes: vec![0],
+                    });
+                }
+                Ok(FastReply::Unclear { taken }) => {
+                    // The script tells what the key or the counter holds. A SET that went
+                    // through is undone first: with waiters queued, the release script hands
+                    // the lock to the first of them.
+                    if taken {
+                        let _ = node.release(&keys.key, ask.token, &self.cleanup(0)).await;
+                    }
+                }
+                Err(e) => {
+                    self.abandon(keys, ask.token, &[], vec![0], Fanout::none(), limit)
+                        .await;
+                    return Err(self.unavailable(name, 0, vec![(0, Failure::Redis(e))]));
+                }
+            }
+        }
+        let retention = self.fence_retention_ms;
         // One server: its one reply decides, awaited in place (no request boxed, nothing cloned).
         let (replies, fanout): (Vec<Option<RedisResult<AcquireReply>>>, Late) =
             if let [node] = self.nodes.as_slice() {
@@ -212,7 +266,7 @@ impl Quorum {
                     waiter: ask.waiter,
                     evict: ask.evict,
                     fence_quantum: quantum,
-                    fence_retention_ms: ask.fence_retention_ms,
+                    fence_retention_ms: retention,
                     limit,
                 };
                 let reply = node.acquire(keys, &request).await;
@@ -221,8 +275,7 @@ impl Quorum {
                 let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
                     let node = Arc::clone(node);
                     let keys = keys.clone();
-                    let (token, ttl_ms, retention) =
-                        (ask.token.to_owned(), ask.ttl_ms, ask.fence_retention_ms);
+                    let (token, ttl_ms) = (ask.token.to_owned(), ask.ttl_ms);
                     let waiter = ask.waiter.cloned();
                     let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
                     async move {
@@ -292,11 +345,12 @@ impl Quorum {
                 .map(|&(i, _)| i)
                 .collect();
             let raise_failures = self
-                .raise_fences(&behind, keys, fence, ask.fence_retention_ms, limit)
+                .raise_fences(&behind, keys, fence, retention, limit)
                 .await;
             if granted.len() - raise_failures.len() >= needed {
                 return Ok(Acquired::Granted {
                     fence,
+                    record_fence: false,
                     nodes: granted_nodes,
                     late: fanout,
                 });
@@ -362,12 +416,13 @@ impl Quorum {
         mut late: Late,
         limit: Duration,
     ) {
-        let publish = self.always_publish();
+        let how = Arc::new(self.cleanup(0));
         let release = {
             let (nodes, keys, token) = (self.nodes.clone(), keys.clone(), token.to_owned());
             move |i: usize| {
                 let (node, keys, token) = (Arc::clone(&nodes[i]), keys.clone(), token.clone());
-                async move { release_quietly(&node, &keys, &token, 0, publish).await }
+                let how = Arc::clone(&how);
+                async move { release_quietly(&node, &keys, &token, &how).await }
             }
         };
         if late.has_late() || !unsure.is_empty() {
@@ -390,10 +445,10 @@ impl Quorum {
     /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
     /// the server after it.
     pub(crate) fn forget(&self, keys: &Keys, token: &str) {
-        let publish = self.always_publish();
         for node in &self.nodes {
+            let how = self.cleanup(0);
             let (node, keys, token) = (Arc::clone(node), keys.clone(), token.to_owned());
-            tokio::spawn(async move { release_quietly(&node, &keys, &token, 0, publish).await });
+            tokio::spawn(async move { release_quietly(&node, &keys, &token, &how).await });
         }
     }
 
@@ -408,8 +463,7 @@ impl Quorum {
                     &self.nodes[i],
                     &keys,
                     &lease.token,
-                    lease.keep_ms(),
-                    self.always_publish(),
+                    &self.cleanup(lease.keep_ms()),
                 )
                 .await;
             }
@@ -458,18 +512,20 @@ impl Quorum {
     /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
     /// when a majority confirms. `Lost` when the key was no longer ours.
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
-        let (keep_ms, publish) = (lease.keep_ms(), self.always_publish());
+        let how = Arc::new(Release {
+            keep_ms: lease.keep_ms(),
+            always_publish: self.always_publish(),
+            record_fence: if lease.record_fence { lease.fence } else { 0 },
+            fence_retention_ms: self.fence_retention_ms,
+        });
         let (needed, n) = (self.needed, self.nodes.len());
         let replies = if let [node] = self.nodes.as_slice() {
-            vec![Some(
-                node.release(&lease.key, &lease.token, keep_ms, publish)
-                    .await,
-            )]
+            vec![Some(node.release(&lease.key, &lease.token, &how).await)]
         } else {
             let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
                 let node = Arc::clone(node);
-                let (key, token) = (lease.key.clone(), lease.token.clone());
-                async move { node.release(&key, &token, keep_ms, publish).await }
+                let (key, token, how) = (lease.key.clone(), lease.token.clone(), Arc::clone(&how));
+                async move { node.release(&key, &token, &how).await }
             }));
             fanout
                 .until(|replies| {
@@ -570,8 +626,8 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RedisResult<Vec<boo
 
 /// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and
 /// left to the key's ttl.
-async fn release_quietly(node: &Node, keys: &Keys, token: &str, keep_ms: u64, publish: bool) {
-    if let Err(e) = node.release(&keys.key, token, keep_ms, publish).await {
+async fn release_quietly(node: &Node, keys: &Keys, token: &str, how: &Release) {
+    if let Err(e) = node.release(&keys.key, token, how).await {
         tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
     }
 }

@@ -12,15 +12,19 @@ use redis::Script;
 /// head was seen with.
 ///
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
-/// the lock is free but another waiter is first in line; `{-1, type}` when the key holds another
-/// type, `{-2, error}` when the fence counter is not a counter (the lock key is removed again).
+/// the lock is free, or handed to another waiter, and that waiter is first in line; `{-1, type}`
+/// when the key holds another type, `{-2, error}` when the fence counter is not a counter.
 ///
-/// Waiters queue in arrival order (a sorted set scored by arrival number) and a free lock goes
-/// to the head of the queue. A waiter's state in the hash is `"<nonce> <grace ms>"`, re-written
-/// at every attempt. No server clock decides who is alive: a caller that saw the same head with
-/// the same state for longer than that head's grace (measured on its own monotonic clock) sends
-/// it back here to be evicted, and it is evicted only if its state has not changed since. The
-/// queue's keys also expire 4 graces after the last waiter's attempt, for when everyone left.
+/// This is the path of waiters and of Redlock; an uncontended caller on one server takes the
+/// lock with plain commands (see `Node::acquire_fast`). Waiters queue in arrival order (a sorted
+/// set scored by arrival number). A release hands a lock with waiters to the first of them (the
+/// key's value becomes `~<waiter id>` for that waiter's grace, see `RELEASE`), so that nobody can
+/// cut in, not even with a plain `SET NX`. A waiter's state in the hash is `"<nonce> <grace ms>"`,
+/// re-written at every attempt. No server clock decides who is alive: a caller that saw the same
+/// head with the same state for longer than that head's grace (measured on its own monotonic
+/// clock) sends it back here to be evicted, and it is evicted (with any hand-over to it) only if
+/// its state has not changed since. The queue's keys also expire 4 graces after the last
+/// waiter's attempt, for when everyone left.
 ///
 /// Fences: `max(counter + 1, floor)`, with `floor` the server's clock in µs. A fence never
 /// exceeds the clock at the moment it is handed out (fewer than one acquisition per µs), so even
@@ -39,6 +43,7 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[8] then
     redis.call('ZREM', KEYS[3], evict)
     redis.call('HDEL', KEYS[4], evict)
+    if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
   end
   while true do
     first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
@@ -47,33 +52,32 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
   end
   if first == waiter then first = nil end
 end
-if not first then
-  if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local last = redis.pcall('GET', KEYS[2])
-    if type(last) == 'table' or (last and not tonumber(last)) then
-      redis.call('DEL', KEYS[1])
-      return {-2, type(last) == 'table' and last.err or last}
-    end
-    last = tonumber(last) or 0
-    local t = redis.call('TIME')
-    local s = tonumber(t[1])
-    local now = s * 1000000 + tonumber(t[2])
-    local quantum = tonumber(ARGV[3])
-    if quantum > 1 and redis.call('LASTSAVE') < s then now = now - now % quantum end
-    local fence = math.max(last + 1, now)
-    if ARGV[4] ~= '0' then
-      redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
-    else
-      redis.call('SET', KEYS[2], string.format('%d', fence))
-    end
-    if waiter ~= '' then
-      redis.call('ZREM', KEYS[3], waiter)
-      redis.call('HDEL', KEYS[4], waiter)
-    end
-    return {1, fence}
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+local handed = cur and waiter ~= '' and cur == '~' .. waiter
+if handed or (not cur and not first) then
+  local last = redis.pcall('GET', KEYS[2])
+  if type(last) == 'table' or (last and not tonumber(last)) then
+    return {-2, type(last) == 'table' and last.err or last}
   end
-  local kind = redis.call('TYPE', KEYS[1]).ok
-  if kind ~= 'string' then return {-1, kind} end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  last = tonumber(last) or 0
+  local t = redis.call('TIME')
+  local s = tonumber(t[1])
+  local now = s * 1000000 + tonumber(t[2])
+  local quantum = tonumber(ARGV[3])
+  if quantum > 1 and redis.call('LASTSAVE') < s then now = now - now % quantum end
+  local fence = math.max(last + 1, now)
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
+  else
+    redis.call('SET', KEYS[2], string.format('%d', fence))
+  end
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+  end
+  return {1, fence}
 end
 if waiter ~= '' then
   if not redis.call('ZSCORE', KEYS[3], waiter) then
@@ -86,6 +90,10 @@ if waiter ~= '' then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
   end
+end
+if cur and string.sub(cur, 1, 1) == '~' then
+  local head = string.sub(cur, 2)
+  return {2, head, redis.call('HGET', KEYS[4], head)}
 end
 local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 and first then
@@ -116,26 +124,49 @@ return out
     )
 });
 
-/// KEYS: lock, waiter queue. ARGV: token, ms to keep the key (0: delete it), `1` to publish the
-/// release always (Redlock: no queue), `0` only when waiters queue.
-/// Returns 1 when the key was ours, 0 when it was not (it is then left untouched).
+/// KEYS: lock, waiter queue, fence. ARGV: 1 token, 2 ms to keep the key (0: delete it), 3 `1` to
+/// publish the release always (Redlock: no queue), `0` only when waiters queue, 4 the lease's
+/// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever).
+/// Returns 1 when the key was ours, 0 when it was not (then nothing is touched).
 ///
-/// Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
-/// released lease still on its way cannot stretch it back to the full ttl. The release message
-/// goes to `<key>:released`; with no waiter queued nobody listens for it (a waiter queues before
-/// it waits), so it is not sent.
+/// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
+///   (which does not write it): only while the key is still ours, so a lost lease never moves
+///   the counter back.
+/// - Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
+///   released lease still on its way cannot stretch it back to the full ttl.
+/// - With waiters queued, the lock is handed to the first live one: the key's value becomes
+///   `~<waiter id>` for that waiter's grace, so that nobody cuts in (a plain `SET NX` fails), and
+///   the release is published on `<key>:released`. With nobody queued nobody listens (a waiter
+///   queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
-else
-  redis.call('DEL', KEYS[1])
-  if ARGV[3] == '1' or redis.call('EXISTS', KEYS[2]) == 1 then
-    redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+if ARGV[4] ~= '0' then
+  if ARGV[5] ~= '0' then
+    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+  else
+    redis.call('SET', KEYS[3], ARGV[4])
   end
 end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
+  return 1
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  local state = head and redis.call('HGET', KEYS[2] .. ':state', head)
+  if state then
+    local grace = string.match(state, ' (%d+)$') or '300'
+    redis.call('SET', KEYS[1], '~' .. head, 'PX', grace)
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+  return 1
+end
+redis.call('DEL', KEYS[1])
+if ARGV[3] == '1' then redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1]) end
 return 1
 ",
     )
