@@ -398,6 +398,42 @@ impl Node {
         Ok(())
     }
 
+    /// Sends one plain command (for inspection: reads of a lock's keys), bounded by the response
+    /// timeout. Keyed commands reach the server that holds the key.
+    #[allow(dead_code)] // used by inspection (next)
+    pub(crate) async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        bounded(self.settings.response_timeout, cmd.query_async(&mut conn)).await
+    }
+
+    /// Up to `limit` keys matching `pattern` (SCAN, in batches of `COUNT 1000`), from every server
+    /// that holds keys of this deployment.
+    #[allow(dead_code)] // used by inspection (next)
+    pub(crate) async fn scan(&self, pattern: &str, limit: usize) -> RedisResult<Vec<String>> {
+        let mut conn = self.conn.clone();
+        let mut cursor: u64 = 0;
+        let mut out = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = bounded(
+                self.settings.response_timeout,
+                redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut conn),
+            )
+            .await?;
+            out.extend(keys);
+            if next == 0 || out.len() >= limit {
+                out.truncate(limit);
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
     /// Subscribes to a release channel of this server (see [`Notifications::subscribe`]).
     pub(crate) async fn subscribe(&self, channel: &str) -> (Subscription, RedisResult<()>) {
         self.notifications.subscribe(channel).await
