@@ -26,12 +26,21 @@ impl std::fmt::Display for Derived<'_> {
 
 impl redis::ToRedisArgs for Derived<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(self);
+        use std::io::Write;
+        // Two plain copies into the command's buffer: no formatting machinery, no string.
+        let mut arg = out.writer_for_next_arg();
+        let _ = arg.write_all(self.key.as_bytes());
+        let _ = arg.write_all(self.suffix.as_bytes());
     }
 }
 
 fn derived<'a>(key: &'a str, suffix: &'static str) -> Derived<'a> {
     Derived { key, suffix }
+}
+
+/// The release channel of the lock with key `key`.
+pub(crate) fn channel_of(key: &str) -> Derived<'_> {
+    derived(key, ":released")
 }
 
 /// The fence counter of the lock with key `key`.
@@ -60,7 +69,7 @@ impl Keys {
 
     /// The channel a release is published on.
     pub(crate) fn channel(&self) -> Derived<'_> {
-        self.derived(":released")
+        channel_of(&self.key)
     }
 
     /// Waiters in arrival order (a sorted set scored by arrival number).

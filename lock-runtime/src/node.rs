@@ -275,19 +275,27 @@ impl Node {
         limit: Duration,
     ) -> RedisResult<FastReply> {
         let key = &keys.key;
-        let mut pipe = redis::Pipeline::with_capacity(4);
-        pipe.cmd("SET")
+        // Each command sized up front: no buffer grows on the way.
+        let command = |args: usize, bytes: usize| redis::Cmd::with_capacity(args, bytes);
+        let mut set = command(7, key.len() + token.len() + 40);
+        set.arg("SET")
             .arg(key)
             .arg(token)
             .arg("NX")
             .arg("PX")
             .arg(ttl_ms)
-            .arg("GET")
-            .cmd("TIME")
-            .cmd("GET")
-            .arg(keys.fence())
-            .cmd("EXISTS")
-            .arg(keys.queue());
+            .arg("GET");
+        let mut time = command(1, 4);
+        time.arg("TIME");
+        let mut counter = command(2, key.len() + 12);
+        counter.arg("GET").arg(keys.fence());
+        let mut queued = command(2, key.len() + 16);
+        queued.arg("EXISTS").arg(keys.queue());
+        let mut pipe = redis::Pipeline::with_capacity(4);
+        pipe.add_command(set)
+            .add_command(time)
+            .add_command(counter)
+            .add_command(queued);
         let mut conn = self.conn.clone();
         let sent = Instant::now();
         let call = pipe.query_async::<(Option<Value>, (u64, u64), Value, bool)>(&mut conn);
@@ -382,6 +390,10 @@ impl Node {
         let done: i64 = self
             .eval(&scripts::RELEASE, &cmd, self.settings.response_timeout)
             .await?;
+        if done == 1 && how.keep_ms == 0 {
+            // Waiters in this process learn it now, not one message later.
+            self.notifications.released_here(key);
+        }
         Ok(done == 1)
     }
 

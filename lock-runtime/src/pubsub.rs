@@ -134,6 +134,18 @@ impl Notifications {
         (sub, Ok(()))
     }
 
+    /// Wakes this process's waiters on the lock `key` at once: it was just released through
+    /// this server (its release message reaches the others).
+    pub(crate) fn released_here(&self, key: &str) {
+        let channels = self.channels.lock().expect("channels lock");
+        if channels.is_empty() {
+            return;
+        }
+        if let Some(channel) = channels.get(&crate::keys::channel_of(key).to_string()) {
+            channel.tx.send_modify(|n| *n += 1);
+        }
+    }
+
     fn on_push(&self, push: &PushInfo) {
         let channels = self.channels.lock().expect("channels lock");
         match push.kind {
