@@ -107,9 +107,11 @@ impl Acquirer {
                 // No majority this time, or the one server failed: within `wait`, try again
                 // after a short, growing, jittered pause; when the wait runs out, this error is
                 // the answer. With `wait = 0` it is returned at once. A bad key is never retried.
-                Err(e @ (LockError::QuorumUnavailable { .. } | LockError::Redis { .. }))
-                    if !opts.wait().is_zero() =>
-                {
+                Err(
+                    e @ (LockError::QuorumUnavailable { .. }
+                    | LockError::NotReplicated { .. }
+                    | LockError::Redis { .. }),
+                ) if !opts.wait().is_zero() => {
                     error_backoff = (error_backoff * 2).min(Duration::from_millis(200));
                     let retry_at = Instant::now() + error_backoff + jitter(error_backoff);
                     tokio::time::sleep_until(retry_at.min(wait_until)).await;

@@ -27,17 +27,29 @@ pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600)
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockerBuilder {
-    urls: Vec<String>,
+    deployment: Deployment,
     prefix: String,
     settings: Settings,
     tls_root_cert: Option<Vec<u8>>,
     fence_retention: Option<Duration>,
+    replicas: usize,
+}
+
+/// Which servers a locker uses.
+#[derive(Debug, Clone)]
+enum Deployment {
+    /// One server (one URL) or Redlock over N independent servers.
+    Servers(Vec<String>),
+    /// A Redis Cluster, from the URLs of some of its nodes.
+    Cluster(Vec<String>),
+    /// The primary that these Sentinels name for this master.
+    Sentinel { urls: Vec<String>, master: String },
 }
 
 impl Default for LockerBuilder {
     fn default() -> Self {
         Self {
-            urls: Vec::new(),
+            deployment: Deployment::Servers(Vec::new()),
             prefix: "lock:".to_owned(),
             settings: Settings {
                 connect_timeout: Duration::from_secs(1),
@@ -45,6 +57,7 @@ impl Default for LockerBuilder {
             },
             tls_root_cert: None,
             fence_retention: Some(DEFAULT_FENCE_RETENTION),
+            replicas: 0,
         }
     }
 }
@@ -53,7 +66,7 @@ impl LockerBuilder {
     /// One Redis node (`redis://` or `rediss://`, credentials in the URL).
     #[must_use]
     pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.urls = vec![url.into()];
+        self.deployment = Deployment::Servers(vec![url.into()]);
         self
     }
 
@@ -64,7 +77,73 @@ impl LockerBuilder {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.urls = urls.into_iter().map(Into::into).collect();
+        self.deployment = Deployment::Servers(urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// A Redis Cluster (Redis 7.0 or later), from the URLs of some of its nodes (the rest are
+    /// found from them). Every key of one lock shares its `{hash tag}`, so each lock lives in one
+    /// slot and is served by that slot's primary: locking works as on one server, with the fair
+    /// queue and fences, and requests follow MOVED/ASK during a resharding and the promoted
+    /// replica after a failover. Renewals are grouped by primary: one script call per primary
+    /// per round, however many leases. Release wake-ups use sharded pub/sub (`SSUBSCRIBE` /
+    /// `SPUBLISH`) on the slot's primary.
+    ///
+    /// A failover can lose a lock whose key had not reached the replica yet; [`replicas`]
+    /// narrows that window.
+    ///
+    /// [`replicas`]: Self::replicas
+    #[must_use]
+    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deployment = Deployment::Cluster(seed_urls.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The primary that Redis Sentinel names for `master`, found through the Sentinels at
+    /// `sentinel_urls` on first use, and again after a failover (when requests fail, or the old
+    /// primary answers as a replica). The data nodes are reached with the credentials and
+    /// database of the first Sentinel URL.
+    ///
+    /// A failover can lose a lock whose key had not reached the promoted replica yet;
+    /// [`replicas`] narrows that window.
+    ///
+    /// [`replicas`]: Self::replicas
+    #[must_use]
+    pub fn sentinel<I, S>(mut self, sentinel_urls: I, master: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.deployment = Deployment::Sentinel {
+            urls: sentinel_urls.into_iter().map(Into::into).collect(),
+            master: master.into(),
+        };
+        self
+    }
+
+    /// An acquire or renewal counts only once `n` replicas of the primary acknowledged it
+    /// (`WAIT n timeout`, sent right behind it, with a timeout inside the lease's margin: its
+    /// drift `ttl/100 + 2ms`, at most half the response timeout). An acquire that falls short
+    /// deletes its key again and fails with [`LockError::NotReplicated`] (retried within
+    /// `wait`); a renewal that falls short ends the lease as lost
+    /// ([`LostReason::NotReplicated`](crate::LostReason::NotReplicated)). `connect` checks that
+    /// each primary has at least `n` connected replicas.
+    ///
+    /// What it promises: a lease is handed out, or kept, only while its key is on the primary
+    /// and on `n` replicas, so a failover to one of those replicas keeps it. What it does not:
+    /// `WAIT` is not consensus. A replica that acknowledged can still lose the key (it restarts
+    /// without persistence), Sentinel or the cluster may promote a replica that did not
+    /// acknowledge, and the acknowledgement can come after the primary was already cut off. It
+    /// narrows the failover window; Redlock over independent primaries is the other road. While
+    /// a replica is down, every acquire waits out its `WAIT` timeout, and requests on the same
+    /// connection wait behind it.
+    #[must_use]
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n;
         self
     }
 
@@ -113,17 +192,38 @@ impl LockerBuilder {
 
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
-        if self.urls.is_empty() {
-            return Err(LockError::config(
-                "",
-                "no Redis URL given: call `.url(..)` or `.urls(..)`",
-            ));
-        }
-        let nodes = self
-            .urls
-            .iter()
-            .map(|u| Node::new(u, self.settings, self.tls_root_cert.as_deref()).map(Arc::new))
-            .collect::<Result<Vec<_>, _>>()?;
+        let tls = self.tls_root_cert.as_deref();
+        let (settings, replicas) = (self.settings, self.replicas);
+        let nodes = match &self.deployment {
+            Deployment::Servers(urls) if urls.is_empty() => {
+                return Err(LockError::config(
+                    "",
+                    "no Redis URL given: call `.url(..)`, `.urls(..)`, `.cluster(..)` or `.sentinel(..)`",
+                ));
+            }
+            Deployment::Servers(urls) => urls
+                .iter()
+                .map(|u| Node::direct(u, settings, tls, replicas).map(Arc::new))
+                .collect::<Result<Vec<_>, _>>()?,
+            Deployment::Cluster(urls) if urls.is_empty() => {
+                return Err(LockError::config(
+                    "",
+                    "`.cluster(..)` was given no node URL: give the URLs of one or more cluster nodes",
+                ));
+            }
+            Deployment::Cluster(urls) => {
+                vec![Arc::new(Node::cluster(urls, settings, tls, replicas)?)]
+            }
+            Deployment::Sentinel { urls, .. } if urls.is_empty() => {
+                return Err(LockError::config(
+                    "",
+                    "`.sentinel(..)` was given no Sentinel URL: give the URLs of one or more Sentinels",
+                ));
+            }
+            Deployment::Sentinel { urls, master } => {
+                vec![Arc::new(Node::sentinel(urls, master, settings, replicas)?)]
+            }
+        };
         let retention_ms = self
             .fence_retention
             .map_or(0, |d| (d.as_millis() as u64).max(1));
@@ -131,7 +231,9 @@ impl LockerBuilder {
         Ok(Locker::new(acquirer, self.prefix))
     }
 
-    /// Builds the locker and checks that a majority of its nodes answer PING.
+    /// Builds the locker and checks it: a majority of its nodes answer, each is the kind of
+    /// deployment configured (a cluster URL that points at a standalone server is a `Config`
+    /// error, as is a master name no Sentinel knows), with the replicas `replicas(n)` asks for.
     pub async fn connect(self) -> Result<Locker, LockError> {
         let locker = self.build()?;
         locker.check_connection().await?;

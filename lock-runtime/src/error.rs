@@ -56,6 +56,24 @@ pub enum LockError {
         /// Each node that failed, by address, and why.
         failures: Vec<(String, String)>,
     },
+    /// The primary took the lock, but fewer of its replicas than `replicas(n)` asks for
+    /// acknowledged it in time (`WAIT`), so a failover could have lost it. The key was deleted
+    /// again; nothing is held.
+    #[error(
+        "lock `{name}`: only {acked} of the {needed} replica(s) asked for acknowledged it on \
+         {addr}, so a failover could lose it; the key was deleted again. Check the replicas \
+         (INFO replication), or lower `replicas(..)`"
+    )]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// The primary (or deployment) that took it.
+        addr: String,
+        /// Replicas that acknowledged.
+        acked: usize,
+        /// Replicas asked for.
+        needed: usize,
+    },
     /// Talking to Redis failed (connection refused, timeout, unexpected reply).
     #[error(
         "{}Redis at {addr} failed: {source}; check that the server is up and reachable",
@@ -88,6 +106,9 @@ pub enum LostReason {
     NotOwner,
     /// No renewal was confirmed before the lease's local validity ran out.
     ValidityExpired,
+    /// A renewal was applied by the primary but not acknowledged by the replicas that
+    /// `replicas(n)` asks for: a failover could lose the key.
+    NotReplicated,
 }
 
 impl std::fmt::Display for LostReason {
@@ -95,6 +116,9 @@ impl std::fmt::Display for LostReason {
         f.write_str(match self {
             Self::NotOwner => "the key no longer holds this lease's token",
             Self::ValidityExpired => "no renewal was confirmed before the lease's validity ran out",
+            Self::NotReplicated => {
+                "a renewal was not acknowledged by the replicas asked for, so a failover could lose the key"
+            }
         })
     }
 }
@@ -124,6 +148,7 @@ impl LockError {
             | Self::Lost { name, .. }
             | Self::MaxExecExceeded { name, .. }
             | Self::QuorumUnavailable { name, .. }
+            | Self::NotReplicated { name, .. }
             | Self::Redis { name, .. }
             | Self::Config { name, .. } => name,
         }
@@ -136,6 +161,7 @@ impl LockError {
             | Self::Lost { name, .. }
             | Self::MaxExecExceeded { name, .. }
             | Self::QuorumUnavailable { name, .. }
+            | Self::NotReplicated { name, .. }
             | Self::Redis { name, .. }
             | Self::Config { name, .. } => {
                 if name.is_empty() {

@@ -133,3 +133,32 @@ pub(crate) async fn join_all<F: Future<Output = ()>>(futures: Vec<F>) {
     })
     .await;
 }
+
+/// Runs every future at once, polled in place; returns their outputs in order.
+pub(crate) async fn join_all_values<F: Future>(
+    futures: impl IntoIterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut pending: Vec<Option<Pin<Box<F>>>> =
+        futures.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut outputs: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut left = false;
+        for (slot, out) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(fut) = slot {
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(v) => {
+                        *out = Some(v);
+                        *slot = None;
+                    }
+                    Poll::Pending => left = true,
+                }
+            }
+        }
+        if left { Poll::Pending } else { Poll::Ready(()) }
+    })
+    .await;
+    outputs
+        .into_iter()
+        .map(|o| o.expect("every future finished"))
+        .collect()
+}

@@ -27,14 +27,17 @@
 
 // The engine's layers, from the leaves up; each imports only from the layers above it in this
 // list (tests/layering.rs checks that there is no cycle):
-// - leaves: error, options, keys, scripts, output, connect, fanout, random
-// - one server: pubsub (its release notifications), node (its connection and scripts)
+// - leaves: error, options, keys, scripts, output, connect, fanout, random, slot
+// - how requests reach one logical server: cluster (Redis Cluster), sentinel (the primary
+//   Sentinel names), link (either, or a direct connection)
+// - one logical server: pubsub (its release notifications), node (its scripts and commands)
 // - the deployment: quorum (N servers and the rule that decides their replies; one server is N = 1)
 // - one lease: validity (what is known of it), watchdog (its renewal), lease (the handle)
 // - taking one: queue (the fair waiter queue), acquire (an attempt, and waiting)
 // - the facade: held (reentrancy), run (the body), builder, locker, default_locker
 mod acquire;
 mod builder;
+mod cluster;
 mod connect;
 mod default_locker;
 mod error;
@@ -42,6 +45,7 @@ mod fanout;
 mod held;
 mod keys;
 mod lease;
+mod link;
 mod locker;
 mod node;
 mod options;
@@ -52,6 +56,8 @@ mod quorum;
 mod random;
 mod run;
 mod scripts;
+mod sentinel;
+mod slot;
 mod validity;
 mod watchdog;
 

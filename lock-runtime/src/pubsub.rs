@@ -7,21 +7,74 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{Client, PushInfo, PushKind, RedisResult, Value};
-use tokio::sync::{OnceCell, oneshot, watch};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisResult, Value};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use crate::connect::{RoundTrip, Settings, bounded, manager_config};
+
+/// Where release notifications come from.
+pub(crate) enum Source {
+    /// One server, through a RESP3 client of its own.
+    Direct(Client),
+    /// A Redis Cluster: sharded pub/sub (`SSUBSCRIBE`) on the primary of each channel's slot,
+    /// which is the slot of its lock (the channel shares the lock's hash tag).
+    Cluster {
+        urls: Vec<String>,
+        tls_root_cert: Option<Vec<u8>>,
+    },
+    /// Behind Sentinel, until the primary is known (see [`Notifications::repoint`]).
+    Pending,
+}
+
+impl Source {
+    /// A RESP3 client for the server `info` describes (pushes carry the messages).
+    pub(crate) fn direct(info: &ConnectionInfo, tls_root_cert: Option<&[u8]>) -> RedisResult<Self> {
+        let resp3 = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        crate::connect::open_client(info.clone().set_redis_settings(resp3), tls_root_cert)
+            .map(Self::Direct)
+    }
+}
+
+/// The connection that holds the subscriptions.
+#[derive(Clone)]
+enum PubConn {
+    Direct(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl PubConn {
+    async fn subscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Self::Direct(c) => c.subscribe(channel).await,
+            Self::Cluster(c) => c.ssubscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> RedisResult<()> {
+        match self {
+            Self::Direct(c) => c.unsubscribe(channel).await,
+            Self::Cluster(c) => c.sunsubscribe(channel).await,
+        }
+    }
+}
 
 /// The release channels one server's waiters listen to.
 pub(crate) struct Notifications {
     /// `host:port`, for logs.
     addr: String,
-    /// A RESP3 client: messages arrive as pushes.
-    client: Client,
+    /// Where the subscriptions are made (changes when Sentinel names a new primary).
+    source: Mutex<Arc<Source>>,
     settings: Settings,
     rtt: Arc<RoundTrip>,
-    conn: OnceCell<ConnectionManager>,
+    /// The subscribing connection, made on first use; dropped when the source changes.
+    conn: Mutex<Option<PubConn>>,
+    /// One connection attempt at a time.
+    connecting: tokio::sync::Mutex<()>,
     channels: Mutex<HashMap<String, Channel>>,
     /// Bumped on every lost connection: a SUBSCRIBE confirmed on an older one does not count.
     epoch: AtomicU64,
@@ -79,16 +132,17 @@ impl Drop for Subscription {
 impl Notifications {
     pub(crate) fn new(
         addr: String,
-        client: Client,
+        source: Source,
         settings: Settings,
         rtt: Arc<RoundTrip>,
     ) -> Self {
         Self {
             addr,
-            client,
+            source: Mutex::new(Arc::new(source)),
             settings,
             rtt,
-            conn: OnceCell::new(),
+            conn: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
             channels: Mutex::default(),
             epoch: AtomicU64::new(0),
         }
@@ -146,15 +200,29 @@ impl Notifications {
         }
     }
 
-    fn on_push(&self, push: &PushInfo) {
-        let channels = self.channels.lock().expect("channels lock");
+    /// Handles one push; returns a channel whose subscription the server dropped by itself.
+    fn on_push(&self, push: &PushInfo) -> Option<String> {
+        let mut channels = self.channels.lock().expect("channels lock");
         match push.kind {
-            PushKind::Message => {
+            PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(name)) = push.data.first()
                     && let Ok(name) = std::str::from_utf8(name)
                     && let Some(channel) = channels.get(name)
                 {
                     channel.tx.send_modify(|n| *n += 1);
+                }
+            }
+            // The server dropped a sharded subscription by itself (its slot moved to another
+            // primary): wake its waiters, and subscribe again where the slot is now.
+            PushKind::SUnsubscribe => {
+                if let Some(Value::BulkString(name)) = push.data.first()
+                    && let Ok(name) = std::str::from_utf8(name)
+                    && let Some(channel) = channels.get_mut(name)
+                    && channel.waiters > 0
+                {
+                    channel.server = OnServer::No;
+                    channel.tx.send_modify(|n| *n += 1);
+                    return Some(name.to_owned());
                 }
             }
             // A dropped connection may have lost a release message: wake everyone to retry.
@@ -165,6 +233,7 @@ impl Notifications {
             }
             _ => {}
         }
+        None
     }
 
     /// Brings the server's subscription to `channel` in line with the waiters that want it:
@@ -262,12 +331,12 @@ impl Notifications {
 
     /// UNSUBSCRIBE, and what the server now has.
     async fn send_unsubscribe(&self, channel: &str) -> RedisResult<()> {
-        let done = match self.conn.get() {
-            Some(conn) => {
-                let mut conn = conn.clone();
+        let current = self.conn.lock().expect("pubsub conn lock").clone();
+        let done = match current {
+            Some(mut conn) => {
                 bounded(self.settings.response_timeout, conn.unsubscribe(channel)).await
             }
-            // Never connected: nothing was ever sent.
+            // Not connected (never, or the source changed): nothing is subscribed there.
             None => Ok(()),
         };
         if done.is_ok() {
@@ -277,6 +346,13 @@ impl Notifications {
             }
         }
         done
+    }
+
+    /// Subscribes `channel` again (the server dropped it by itself), in a task of its own.
+    fn restore(owner: &Weak<Self>, channel: String) {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(Self::reconcile(owner.clone(), channel, None));
+        }
     }
 
     /// After a lost connection: forget what the server had and subscribe again to what waiters
@@ -303,35 +379,86 @@ impl Notifications {
         }
     }
 
-    /// The RESP3 connection that receives release messages, made on first use.
+    /// The connection that receives release messages, made on first use.
     ///
     /// Subscriptions are ours to restore, not redis-rs's: a lost connection marks every channel
     /// as not subscribed and re-subscribes the ones that waiters still want, through the same
     /// ordered `reconcile` as everything else, so a reconnect can neither drop a live waiter's
-    /// channel nor bring back one that nobody wants.
-    async fn connection(self: &Arc<Self>) -> RedisResult<ConnectionManager> {
-        let conn = self
-            .conn
-            .get_or_try_init(|| async {
-                let owner = Arc::downgrade(self);
-                let config =
-                    manager_config(self.settings).set_push_sender(move |push: PushInfo| {
-                        if let Some(me) = owner.upgrade() {
-                            me.on_push(&push);
-                            if push.kind == PushKind::Disconnection {
-                                Self::resubscribe(&owner);
-                            }
-                        }
-                        Ok::<(), std::convert::Infallible>(())
-                    });
-                let limit = self.settings.connect_timeout + self.settings.response_timeout;
-                bounded(
-                    limit,
-                    ConnectionManager::new_with_config(self.client.clone(), config),
+    /// channel nor bring back one that nobody wants. (The cluster client also restores the
+    /// sharded subscriptions it saw on its own; that is at most a duplicate SSUBSCRIBE, and
+    /// unwanted channels are still unsubscribed by `reconcile`.)
+    async fn connection(self: &Arc<Self>) -> RedisResult<PubConn> {
+        if let Some(conn) = self.conn.lock().expect("pubsub conn lock").clone() {
+            return Ok(conn);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(conn) = self.conn.lock().expect("pubsub conn lock").clone() {
+            return Ok(conn);
+        }
+        let source = Arc::clone(&self.source.lock().expect("pubsub source lock"));
+        let owner = Arc::downgrade(self);
+        let on_push = move |push: PushInfo| {
+            if let Some(me) = owner.upgrade() {
+                let dropped = me.on_push(&push);
+                if push.kind == PushKind::Disconnection {
+                    Self::resubscribe(&owner);
+                } else if let Some(channel) = dropped {
+                    Self::restore(&owner, channel);
+                }
+            }
+            Ok::<(), std::convert::Infallible>(())
+        };
+        let limit = self.settings.connect_timeout + self.settings.response_timeout;
+        let conn = match source.as_ref() {
+            Source::Direct(client) => {
+                let config = manager_config(self.settings).set_push_sender(on_push);
+                PubConn::Direct(
+                    bounded(
+                        limit,
+                        ConnectionManager::new_with_config(client.clone(), config),
+                    )
+                    .await?,
                 )
-                .await
-            })
-            .await?;
-        Ok(conn.clone())
+            }
+            Source::Cluster {
+                urls,
+                tls_root_cert,
+            } => {
+                let client =
+                    crate::cluster::client_builder(urls, self.settings, tls_root_cert.as_deref())
+                        .use_protocol(ProtocolVersion::RESP3)
+                        .push_sender(on_push)
+                        .build()?;
+                PubConn::Cluster(bounded(limit, client.get_async_connection()).await?)
+            }
+            Source::Pending => {
+                return Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no primary known yet",
+                )));
+            }
+        };
+        // Only a connection made from the source still in place is kept.
+        let current = Arc::ptr_eq(&source, &self.source.lock().expect("pubsub source lock"));
+        if current {
+            *self.conn.lock().expect("pubsub conn lock") = Some(conn.clone());
+        }
+        Ok(conn)
+    }
+
+    /// Moves the subscriptions to another server (Sentinel named a new primary): the old
+    /// connection is dropped, every waiter is woken, and the channels still wanted are
+    /// subscribed on the new one.
+    pub(crate) fn repoint(self: &Arc<Self>, source: Source) {
+        *self.source.lock().expect("pubsub source lock") = Arc::new(source);
+        let old = self.conn.lock().expect("pubsub conn lock").take();
+        drop(old);
+        {
+            let channels = self.channels.lock().expect("channels lock");
+            for channel in channels.values() {
+                channel.tx.send_modify(|n| *n += 1);
+            }
+        }
+        Self::resubscribe(&Arc::downgrade(self));
     }
 }

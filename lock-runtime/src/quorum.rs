@@ -12,7 +12,7 @@ use redis::RedisResult;
 
 use crate::fanout::Fanout;
 use crate::keys::Keys;
-use crate::node::{AcquireReply, AcquireRequest, FastReply, Node, Release, Waiter};
+use crate::node::{AcquireReply, AcquireRequest, FastReply, Node, Release, RenewReply, Waiter};
 use crate::pubsub::Subscription;
 use crate::validity::LeaseState;
 use crate::{LockError, LostReason};
@@ -69,6 +69,8 @@ pub(crate) enum Acquired {
 pub(crate) enum Renewal {
     Renewed,
     NotOwner,
+    /// Renewed, but not acknowledged by the replicas asked for (`replicas(n)`).
+    NotReplicated,
     /// No majority either way (servers down or slow): try again while still valid.
     Undecided,
 }
@@ -174,6 +176,12 @@ impl Quorum {
                     format!("{detail}; use another lock name or key prefix"),
                 ),
                 Failure::Other(why) => LockError::config(name, why.clone()),
+                Failure::NotReplicated { acked, needed } => LockError::NotReplicated {
+                    name: name.to_owned(),
+                    addr: self.nodes[*i].addr().to_owned(),
+                    acked: *acked,
+                    needed: *needed,
+                },
             };
         }
         LockError::QuorumUnavailable {
@@ -187,25 +195,37 @@ impl Quorum {
         }
     }
 
-    /// PINGs every server at once; fails unless a majority answers.
+    /// Checks every server at once (it answers, it is the deployment it was configured as, it
+    /// has the replicas asked for); fails unless a majority passes. With one server, its own
+    /// error.
     pub(crate) async fn check(&self) -> Result<(), LockError> {
-        let pings = Fanout::new(self.nodes.iter().map(|node| {
+        let checks = Fanout::new(self.nodes.iter().map(|node| {
             let node = Arc::clone(node);
-            async move { node.ping().await }
+            async move { node.check().await }
         }))
         .all()
         .await;
-        let failures: Vec<(usize, Failure)> = pings
+        let mut failures: Vec<(usize, LockError)> = checks
             .into_iter()
             .enumerate()
-            .filter_map(|(i, r)| r.err().map(|e| (i, Failure::Redis(e))))
+            .filter_map(|(i, r)| r.err().map(|e| (i, e)))
             .collect();
         let got = self.nodes.len() - failures.len();
         if failures.is_empty() || (got >= self.needed && self.nodes.len() > 1) {
-            Ok(())
-        } else {
-            Err(self.unavailable("", got, failures))
+            return Ok(());
         }
+        if self.nodes.len() == 1 {
+            return Err(failures.remove(0).1);
+        }
+        Err(LockError::QuorumUnavailable {
+            name: String::new(),
+            got,
+            needed: self.needed,
+            failures: failures
+                .into_iter()
+                .map(|(i, e)| (self.nodes[i].addr().to_owned(), e.to_string()))
+                .collect(),
+        })
     }
 
     /// One acquire attempt on every server at once. Decided as soon as a majority granted it or
@@ -240,6 +260,14 @@ impl Quorum {
                         pttl: None,
                         nodes: vec![0],
                     });
+                }
+                Ok(FastReply::NotReplicated { acked }) => {
+                    // The node deleted the unacknowledged key already.
+                    let failure = Failure::NotReplicated {
+                        acked,
+                        needed: node.replicas(),
+                    };
+                    return Err(self.unavailable(name, 0, vec![(0, failure)]));
                 }
                 Ok(FastReply::Unclear { taken }) => {
                     // The script tells what the key or the counter holds. A SET that went
@@ -326,6 +354,11 @@ impl Quorum {
                 }
                 Some(Ok(AcquireReply::Foreign { detail })) => {
                     failures.push((i, Failure::Foreign(detail)));
+                }
+                Some(Ok(AcquireReply::NotReplicated { acked })) => {
+                    // The node deleted the unacknowledged key already.
+                    let needed = self.nodes[i].replicas();
+                    failures.push((i, Failure::NotReplicated { acked, needed }));
                 }
                 Some(Err(e)) => {
                     unsure.push(i);
@@ -478,12 +511,11 @@ impl Quorum {
             async move { renew_on(&node, &chunk).await }
         }));
         let (needed, n) = (self.needed, self.nodes.len());
-        let lease_reply = |replies: &[Option<RedisResult<Vec<bool>>>], i: usize| {
-            Tally::of(
-                replies
-                    .iter()
-                    .map(|r| r.as_ref().map(|r| r.as_ref().ok().map(|v| v[i]))),
-            )
+        let lease_reply = |replies: &[Option<Vec<Option<RenewReply>>>], i: usize| {
+            Tally::of(replies.iter().map(|r| {
+                r.as_ref()
+                    .map(|r| r[i].map(|reply| reply == RenewReply::Renewed))
+            }))
         };
         fanout
             .until(|replies| {
@@ -496,8 +528,14 @@ impl Quorum {
         let verdicts = (0..chunk.len())
             .map(|i| {
                 let t = lease_reply(fanout.replies(), i);
+                let unreplicated = fanout.replies().iter().any(|r| {
+                    r.as_ref()
+                        .is_some_and(|r| r[i] == Some(RenewReply::NotReplicated))
+                });
                 if t.yes >= needed {
                     Renewal::Renewed
+                } else if t.no > n - needed && unreplicated {
+                    Renewal::NotReplicated
                 } else if t.no > n - needed {
                     Renewal::NotOwner
                 } else {
@@ -595,6 +633,11 @@ enum Failure {
     /// The key or its fence counter holds data that is not ours.
     Foreign(String),
     Other(String),
+    /// Taken, but only `acked` of the `needed` replicas acknowledged it (the key was deleted).
+    NotReplicated {
+        acked: usize,
+        needed: usize,
+    },
 }
 
 impl std::fmt::Display for Failure {
@@ -602,6 +645,10 @@ impl std::fmt::Display for Failure {
         match self {
             Self::Redis(e) => write!(f, "{e}"),
             Self::Foreign(detail) | Self::Other(detail) => f.write_str(detail),
+            Self::NotReplicated { acked, needed } => write!(
+                f,
+                "taken, but only {acked} of the {needed} replica(s) asked for acknowledged it (deleted again)"
+            ),
         }
     }
 }
@@ -609,7 +656,7 @@ impl std::fmt::Display for Failure {
 /// One server's renewal of a chunk; a lease released since the round began is left out (its
 /// key may be kept for min_hold; the release script also changes such a key's value, so a
 /// renewal already on its way cannot stretch it either).
-async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RedisResult<Vec<bool>> {
+async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewReply>> {
     let items: Vec<(&str, &str, u64)> = chunk
         .iter()
         .map(|l| {
@@ -617,11 +664,7 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RedisResult<Vec<boo
             (l.key.as_str(), token, l.ttl.as_millis() as u64)
         })
         .collect();
-    let out = node.renew(&items).await;
-    if let Err(e) = &out {
-        tracing::debug!(node = node.addr(), error = %e, leases = items.len(), "renewal failed; retrying");
-    }
-    out
+    node.renew(&items).await
 }
 
 /// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and

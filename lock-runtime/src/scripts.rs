@@ -126,7 +126,9 @@ return out
 
 /// KEYS: lock, waiter queue, fence. ARGV: 1 token, 2 ms to keep the key (0: delete it), 3 `1` to
 /// publish the release always (Redlock: no queue), `0` only when waiters queue, 4 the lease's
-/// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever).
+/// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever),
+/// 6 the publish command: `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the message
+/// goes only to the primary of the lock's slot, where its waiters listen).
 /// Returns 1 when the key was ours, 0 when it was not (then nothing is touched).
 ///
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
@@ -162,15 +164,51 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   else
     redis.call('DEL', KEYS[1])
   end
-  redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1])
+  redis.call(ARGV[6], KEYS[1] .. ':released', ARGV[1])
   return 1
 end
 redis.call('DEL', KEYS[1])
-if ARGV[3] == '1' then redis.call('PUBLISH', KEYS[1] .. ':released', ARGV[1]) end
+if ARGV[3] == '1' then redis.call(ARGV[6], KEYS[1] .. ':released', ARGV[1]) end
 return 1
 ",
     )
 });
+
+/// The renewal of many leases on one Redis Cluster primary, whatever their slots: no KEYS (keys of
+/// several slots cannot be declared in one call); ARGV: key, token and ttl ms for each lease, in
+/// order. `allow-cross-slot-keys` lets the script touch keys of the slots this primary serves.
+/// Returns one integer per lease: 1 renewed, 0 no longer ours, 2 not served here (its slot moved
+/// to another primary, or is moving): the caller sends that one again, routed by its key.
+/// Needs Redis 7.0 (script flags), as sharded pub/sub does.
+pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"#!lua flags=allow-cross-slot-keys
+local out = {}
+for i = 1, #ARGV / 3 do
+  local key = ARGV[3 * i - 2]
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' and value.err then
+    out[i] = 2
+  elseif value == ARGV[3 * i - 1] then
+    redis.call('PEXPIRE', key, ARGV[3 * i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+",
+    )
+});
+
+/// `EVALSHA <sha> <numkeys>`; the caller appends the keys, then the arguments (`args` in all,
+/// about `bytes` long). Written straight into one buffer sized up front: no copy of every
+/// argument (as `ScriptInvocation` makes) and no regrowth on the way.
+pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize) -> redis::Cmd {
+    let mut cmd = redis::Cmd::with_capacity(args + 3, bytes + 60);
+    cmd.arg("EVALSHA").arg(script.get_hash()).arg(numkeys);
+    cmd
+}
 
 /// KEYS: fence. ARGV: a fence value, retention ms (0: forever). Raises the counter to the value
 /// if it is lower (Redlock).

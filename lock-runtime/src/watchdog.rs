@@ -259,6 +259,10 @@ async fn renew_chunk(shared: &Shared, chunk: Vec<(u64, Arc<LeaseState>)>) {
                 lease.mark_lost(LostReason::NotOwner);
                 s.at.remove(&id);
             }
+            Renewal::NotReplicated => {
+                lease.mark_lost(LostReason::NotReplicated);
+                s.at.remove(&id);
+            }
             Renewal::Undecided if now >= lease.valid_until() => {
                 lease.mark_lost(LostReason::ValidityExpired);
                 s.at.remove(&id);
