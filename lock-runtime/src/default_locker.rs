@@ -20,17 +20,22 @@ pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
 }
 
 /// The process default locker: the one given to [`set_default_locker`], else one made on first
-/// use from `LOCK_REDIS_URL`, then `REDIS_URL`, then `redis://127.0.0.1:6379`.
+/// use from the environment by [`LockerBuilder::from_env`](crate::LockerBuilder::from_env):
+/// `LOCK_REDIS_CLUSTER` (a Redis Cluster), else `LOCK_REDIS_SENTINELS` with
+/// `LOCK_REDIS_SENTINEL_MASTER` (Sentinel), else `LOCK_REDIS_URL`, then `REDIS_URL` (one server,
+/// or Redlock over comma-separated URLs), else `redis://127.0.0.1:6379`; `LOCK_REDIS_REPLICAS`
+/// sets `replicas(n)`.
 ///
-/// A URL from the environment that cannot be parsed is a [`LockError::Config`] naming the
-/// variable, returned by this call and by every locked call that uses the default locker.
+/// A malformed variable (a URL that cannot be parsed, say) is a [`LockError::Config`] naming
+/// it, returned by this call and by every locked call that uses the default locker.
 pub fn default_locker() -> Result<Locker, LockError> {
     let made = DEFAULT.get_or_init(|| {
-        let (var, url) = ["LOCK_REDIS_URL", "REDIS_URL"]
+        let builder = crate::LockerBuilder::from_env().map_err(|e| e.to_string())?;
+        let var = crate::builder::ENV_VARS
             .into_iter()
-            .find_map(|v| std::env::var(v).ok().map(|u| (v, u)))
-            .unwrap_or(("the built-in default", "redis://127.0.0.1:6379".to_owned()));
-        Locker::builder().url(url).build().map_err(|e| {
+            .find(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+            .unwrap_or("the built-in default");
+        builder.build().map_err(|e| {
             format!("cannot make the default locker from {var}: {e}; fix {var} or call set_default_locker")
         })
     });

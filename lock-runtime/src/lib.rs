@@ -64,7 +64,7 @@ mod watchdog;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use builder::{DEFAULT_FENCE_RETENTION, LockerBuilder};
+pub use builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
 pub use default_locker::{default_locker, set_default_locker};
 pub use error::{LockError, LostReason};
 pub use lease::Lease;

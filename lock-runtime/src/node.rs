@@ -305,14 +305,18 @@ impl Node {
         out
     }
 
-    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`:
-    /// the timeout is the lease's drift (its margin), and at most half the response timeout.
+    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
+    /// The timeout stays well inside the lease's validity (`ttl - drift`): a tenth of it, but at
+    /// least the drift, and at most a quarter of the response timeout.
     fn wait_cmd(&self, ttl_ms: u64) -> Option<Cmd> {
         if self.replicas == 0 {
             return None;
         }
-        let margin =
-            crate::drift(Duration::from_millis(ttl_ms)).min(self.settings.response_timeout / 2);
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = crate::drift(ttl);
+        let margin = (ttl.saturating_sub(drift) / 10)
+            .max(drift)
+            .min(self.settings.response_timeout / 4);
         let mut cmd = Cmd::with_capacity(3, 24);
         cmd.arg("WAIT")
             .arg(self.replicas)
@@ -686,7 +690,7 @@ impl Node {
         if let Some(cluster) = self.link.cluster() {
             return self.renew_on_cluster(cluster, items).await;
         }
-        match self.renew_call(items, None).await {
+        match self.renew_call(items).await {
             Ok(codes) => codes,
             Err(e) => {
                 tracing::debug!(node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
@@ -695,44 +699,32 @@ impl Node {
         }
     }
 
-    /// One renewal script call. Without `slot`: [`scripts::RENEW`], keys declared, routed by
-    /// them. With `slot` (a cluster): [`scripts::RENEW_ANY_SLOT`] on the primary of that slot,
-    /// keys as arguments; a lease that primary does not serve comes back `None`.
+    /// One [`scripts::RENEW`] call (keys declared, so that it is routed by them).
     async fn renew_call(
         &self,
         items: &[(&str, &str, u64)],
-        slot: Option<u16>,
     ) -> RedisResult<Vec<Option<RenewReply>>> {
-        let script: &Script = if slot.is_some() {
-            &scripts::RENEW_ANY_SLOT
-        } else {
-            &scripts::RENEW
-        };
         let bytes: usize = items.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
-        let mut cmd;
-        if slot.is_some() {
-            cmd = evalsha(script, 0, 3 * items.len(), bytes);
-            for (key, token, ttl_ms) in items {
-                cmd.arg(*key).arg(*token).arg(*ttl_ms);
-            }
-        } else {
-            cmd = evalsha(script, items.len(), 3 * items.len(), bytes);
-            for (key, _, _) in items {
-                cmd.arg(*key);
-            }
-            for (_, token, ttl_ms) in items {
-                cmd.arg(*token).arg(*ttl_ms);
-            }
+        let mut cmd = evalsha(&scripts::RENEW, items.len(), 3 * items.len(), bytes);
+        for (key, _, _) in items {
+            cmd.arg(*key);
         }
-        let min_ttl = items.iter().map(|i| i.2).min().unwrap_or(0);
-        let wait = self.wait_cmd(min_ttl);
+        for (_, token, ttl_ms) in items {
+            cmd.arg(*token).arg(*ttl_ms);
+        }
+        let wait = self.wait_cmd(min_ttl(items));
         let limit = self.settings.response_timeout;
-        let (codes, acked): (Vec<i64>, Option<usize>) = match slot {
-            None => self.eval(script, &cmd, wait.as_ref(), limit).await?,
-            Some(slot) => self.eval_on_slot(script, &cmd, wait.as_ref(), slot).await?,
-        };
+        let (codes, acked): (Vec<i64>, Option<usize>) = self
+            .eval(&scripts::RENEW, &cmd, wait.as_ref(), limit)
+            .await?;
+        Ok(self.renew_replies(codes, acked))
+    }
+
+    /// Renewal codes (1 renewed, 0 not ours, 2 not served here) as replies; a renewal that the
+    /// replicas did not acknowledge is `NotReplicated`, one not served here has no reply.
+    fn renew_replies(&self, codes: Vec<i64>, acked: Option<usize>) -> Vec<Option<RenewReply>> {
         let replicated = acked.is_none_or(|n| n >= self.replicas);
-        Ok(codes
+        codes
             .into_iter()
             .map(|code| match code {
                 1 if replicated => Some(RenewReply::Renewed),
@@ -740,7 +732,7 @@ impl Node {
                 0 => Some(RenewReply::NotOwner),
                 _ => None,
             })
-            .collect())
+            .collect()
     }
 
     /// Renewal on a Redis Cluster: the leases grouped by the primary that serves their slot (the
@@ -775,15 +767,12 @@ impl Node {
                 (0..items.len()).collect(),
             )],
         };
-        let mut calls: Vec<(u16, &[usize])> = Vec::new();
-        for (slot, members) in &groups {
-            for chunk in members.chunks(RENEW_CHUNK) {
-                calls.push((*slot, chunk));
+        let results = crate::fanout::join_all_values(groups.iter().map(|(slot, members)| {
+            let group: Vec<(&str, &str, u64)> = members.iter().map(|&i| items[i]).collect();
+            async move {
+                let replies = self.renew_on_primary(cluster, *slot, &group).await;
+                (members.as_slice(), replies)
             }
-        }
-        let results = crate::fanout::join_all_values(calls.into_iter().map(|(slot, chunk)| {
-            let chunk_items: Vec<(&str, &str, u64)> = chunk.iter().map(|&i| items[i]).collect();
-            async move { (chunk, self.renew_call(&chunk_items, Some(slot)).await) }
         }))
         .await;
         let mut out: Vec<Option<RenewReply>> = vec![None; items.len()];
@@ -799,6 +788,8 @@ impl Node {
                     }
                 }
                 Err(e) => {
+                    // Perhaps a failover: learn the slots again before the retry.
+                    cluster.slot_map_is_stale();
                     tracing::debug!(node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
                 }
             }
@@ -807,7 +798,7 @@ impl Node {
             cluster.slot_map_is_stale();
             let resent = crate::fanout::join_all_values(elsewhere.iter().map(|&i| {
                 let item = [items[i]];
-                async move { (i, self.renew_call(&item, None).await) }
+                async move { (i, self.renew_call(&item).await) }
             }))
             .await;
             for (i, result) in resent {
@@ -819,55 +810,65 @@ impl Node {
         out
     }
 
-    /// Like [`Self::eval`], on the cluster primary that serves `slot` (for a script whose keys
-    /// are not declared, so that the cluster client cannot route it by them).
-    async fn eval_on_slot<T: FromRedisValue>(
+    /// One pipeline to the cluster primary that serves `slot`: a [`scripts::RENEW_ANY_SLOT`]
+    /// call per chunk of [`RENEW_CHUNK`] leases, then `WAIT` when replicas must acknowledge.
+    /// A lease that primary does not serve comes back `None`.
+    async fn renew_on_primary(
         &self,
-        script: &Script,
-        cmd: &Cmd,
-        wait: Option<&Cmd>,
+        cluster: &ClusterLink,
         slot: u16,
-    ) -> RedisResult<(T, Option<usize>)> {
-        let Some(cluster) = self.link.cluster() else {
-            return self
-                .eval(script, cmd, wait, self.settings.response_timeout)
-                .await;
-        };
-        let mut conn = cluster.conn().await?;
+        items: &[(&str, &str, u64)],
+    ) -> RedisResult<Vec<Option<RenewReply>>> {
+        let script = &scripts::RENEW_ANY_SLOT;
+        let mut pipe = redis::Pipeline::with_capacity(items.len() / RENEW_CHUNK + 2);
+        for chunk in items.chunks(RENEW_CHUNK) {
+            let bytes: usize = chunk.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
+            let mut cmd = evalsha(script, 0, 3 * chunk.len(), bytes);
+            for (key, token, ttl_ms) in chunk {
+                cmd.arg(*key).arg(*token).arg(*ttl_ms);
+            }
+            pipe.add_command(cmd);
+        }
+        let calls = items.chunks(RENEW_CHUNK).len();
+        let wait = self.wait_cmd(min_ttl(items));
+        if let Some(wait) = wait.clone() {
+            pipe.add_command(wait);
+        }
+        let count = calls + usize::from(wait.is_some());
         let route = crate::cluster::route_to_slot(slot);
+        let mut conn = cluster.conn().await?;
         let call = async {
             let mut loaded = false;
             loop {
-                let mut pipe = redis::Pipeline::with_capacity(2);
-                pipe.add_command(cmd.clone());
-                if let Some(wait) = wait {
-                    pipe.add_command(wait.clone());
-                }
-                let count = 1 + usize::from(wait.is_some());
-                let mut replies = conn
-                    .route_pipeline(pipe, 0, count, route.clone())
-                    .await?
-                    .into_iter();
-                let first = replies.next().unwrap_or(Value::Nil);
-                if let Value::ServerError(e) = &first
-                    && !loaded
-                    && e.kind() == Some(ServerErrorKind::NoScript)
-                {
+                let replies = conn
+                    .route_pipeline(pipe.clone(), 0, count, route.clone())
+                    .await?;
+                let noscript = replies.iter().any(|r| {
+                    matches!(r, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+                });
+                if noscript && !loaded {
                     script.prepare_invoke().load_async(&mut conn).await?;
                     loaded = true;
                     continue;
                 }
-                let value = T::from_redis_value(first.extract_error()?)?;
-                let acked = match wait {
-                    Some(_) => Some(usize::from_redis_value(
-                        replies.next().unwrap_or(Value::Nil).extract_error()?,
-                    )?),
-                    None => None,
-                };
-                return Ok((value, acked));
+                return Ok(replies);
             }
         };
-        bounded(self.settings.response_timeout, call).await
+        let mut replies = bounded(self.settings.response_timeout, call)
+            .await?
+            .into_iter();
+        let mut codes: Vec<i64> = Vec::with_capacity(items.len());
+        for _ in 0..calls {
+            let reply = replies.next().unwrap_or(Value::Nil).extract_error()?;
+            codes.extend(Vec::<i64>::from_redis_value(reply)?);
+        }
+        let acked = match wait {
+            Some(_) => Some(usize::from_redis_value(
+                replies.next().unwrap_or(Value::Nil).extract_error()?,
+            )?),
+            None => None,
+        };
+        Ok(self.renew_replies(codes, acked))
     }
 
     /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
@@ -987,6 +988,11 @@ impl Node {
     pub(crate) async fn subscribe(&self, channel: &str) -> (Subscription, RedisResult<()>) {
         self.notifications.subscribe(channel).await
     }
+}
+
+/// The shortest ttl of a batch of renewals: the one whose margin bounds its `WAIT`.
+fn min_ttl(items: &[(&str, &str, u64)]) -> u64 {
+    items.iter().map(|i| i.2).min().unwrap_or(0)
 }
 
 /// A URL that cannot be parsed, said with what is expected.

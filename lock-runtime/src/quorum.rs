@@ -128,6 +128,15 @@ impl Quorum {
         &self.nodes
     }
 
+    /// How many leases the watchdog hands to one [`Self::renew`] call: a Redis Cluster groups
+    /// them by primary itself (one pipeline per primary per round), so it takes a whole round.
+    pub(crate) fn renew_chunk(&self) -> usize {
+        match self.nodes.as_slice() {
+            [node] if node.is_cluster() => usize::MAX,
+            _ => crate::node::RENEW_CHUNK,
+        }
+    }
+
     /// The server of the fair waiter queue: there is one only on a single logical server (the
     /// servers of a majority could disagree on who is first).
     pub(crate) fn queue_node(&self) -> Option<&Arc<Node>> {
@@ -240,10 +249,13 @@ impl Quorum {
         let limit = self.per_node_limit(ask.validity);
         let quantum = self.fence_quantum();
         let (needed, n) = (self.needed, self.nodes.len());
-        // One server, nobody queued on our behalf: plain commands, no script.
+        // One server, nobody queued on our behalf: plain commands, no script. Not on a Redis
+        // Cluster: there a pipeline that meets a slot in migration is sent again whole to the
+        // importing node, so its SET could land on both; the script is one atomic command.
         if let [node] = self.nodes.as_slice()
             && ask.waiter.is_none()
             && ask.evict.is_none()
+            && !node.is_cluster()
         {
             match node.acquire_fast(keys, ask.token, ask.ttl_ms, limit).await {
                 Ok(FastReply::Taken { fence }) => {

@@ -17,8 +17,6 @@ use crate::LostReason;
 use crate::quorum::{Quorum, Renewal};
 use crate::validity::LeaseState;
 
-/// Most keys in one renew script call.
-const CHUNK: usize = 1000;
 /// How long an idle task waits for new leases before it stops: a steady acquire/release loop
 /// then reuses one task instead of spawning one per lease.
 const LINGER: Duration = Duration::from_secs(1);
@@ -224,7 +222,7 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Opt
 /// connection), so chunk k is not confirmed k round trips late, and each chunk is decided as
 /// soon as its replies are in.
 async fn renew_round(shared: Arc<Shared>, batch: Vec<(u64, Arc<LeaseState>)>) {
-    let chunks = batch.chunks(CHUNK).map(|chunk| {
+    let chunks = batch.chunks(shared.quorum.renew_chunk()).map(|chunk| {
         let shared = Arc::clone(&shared);
         let chunk = chunk.to_vec();
         async move { renew_chunk(&shared, chunk).await }

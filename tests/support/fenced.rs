@@ -130,6 +130,16 @@ impl FencedStore {
         })
     }
 
+    /// Another store, `name`, on the same server and connection (many names, one connection).
+    pub fn named(&self, name: &str) -> Self {
+        let (state, history) = keys(name);
+        Self {
+            conn: self.conn.clone(),
+            state,
+            history,
+        }
+    }
+
     /// Empties the store and sets its mode.
     pub async fn reset(&self, mode: Mode) -> RedisResult<()> {
         let mut conn = self.conn.clone();
