@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{LockOptions, Locker};
+use lock_runtime::{LockOptions, Locker, LockerBuilder};
 use tokio::time::Instant;
 
 use crate::handoff_stats::{Handoff, Queue, Section, WorkerOut};
@@ -75,12 +75,22 @@ pub(crate) async fn engine_handoff(
     pause: Pause,
     shape: Shape,
 ) -> Handoff {
+    engine_handoff_on(&Locker::builder().url(url), length, pause, shape).await
+}
+
+/// The same on any deployment (row 7 runs it on a Redis Cluster).
+pub(crate) async fn engine_handoff_on(
+    builder: &LockerBuilder,
+    length: Duration,
+    pause: Pause,
+    shape: Shape,
+) -> Handoff {
     let opts =
         LockOptions::new(Duration::from_millis(HANDOFF_TTL_MS)).with_wait(Duration::from_secs(60));
     let mut lockers = Vec::new();
     for w in 0..WORKERS {
         if shape == Shape::SeparateLockers || w == 0 {
-            lockers.push(Locker::connect(url).await.expect("locker connects"));
+            lockers.push(builder.clone().connect().await.expect("locker connects"));
         } else {
             lockers.push(lockers[0].clone());
         }

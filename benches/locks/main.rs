@@ -17,6 +17,7 @@
 //! 4. 10,000 leases held at once.
 //! 5. Redlock on 3 and 5 nodes vs one node.
 //! 6. the uncontended cycle over a slow link (100 µs each way) vs the floor over the same link.
+//! 7. a local Redis Cluster (3+3) vs one server: uncontended cycle latency and the hand-off.
 //!
 //! Sequential round trips on loopback (rows 1, 2d and 5) depend on how fast the OS wakes a thread
 //! on another CPU. On small virtual machines that can swing by 5x from one process to the next;
@@ -33,6 +34,7 @@
 //! noise.
 
 mod alloc;
+mod cluster;
 mod compare;
 mod contended;
 mod cycle;
@@ -101,6 +103,9 @@ fn main() {
         }
         if wanted('6') {
             slow_link(&cfg, &mut report).await;
+        }
+        if wanted('7') {
+            cluster::cluster(&cfg, &mut report).await;
         }
     });
     report.print(&cfg, began.elapsed(), &load_before);
