@@ -20,7 +20,10 @@ async fn default_locker_is_a_cluster_from_the_environment() {
         std::env::set_var("LOCK_REDIS_URL", "redis://127.0.0.1:1");
     }
     let locker = lock_runtime::default_locker().expect("a valid environment");
-    assert!(format!("{locker:?}").contains("Redis Cluster"), "{locker:?}");
+    assert!(
+        format!("{locker:?}").contains("Redis Cluster"),
+        "{locker:?}"
+    );
     for n in 0..20 {
         let fence = job(n).await.unwrap();
         assert!(fence > 0);

@@ -18,6 +18,8 @@ use crate::template::{self, Piece};
 pub(crate) struct Config {
     /// `format!` string of the key, spanned like the `name` literal.
     pub key_format: LitStr,
+    /// The `name` literal as written: the low-cardinality label of metrics and spans.
+    pub template: LitStr,
     /// The parameters the placeholders name, in order.
     pub key_args: Vec<Ident>,
     pub ttl_ms: u64,
@@ -78,8 +80,10 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         errors.push_result(check_guard(guard, params));
     }
     let (key_format, key_args) = key?;
+    let template = raw.name.clone()?;
     Some(Config {
         key_format,
+        template,
         key_args,
         ttl_ms: ttl?,
         max_exec_ms: max_exec,

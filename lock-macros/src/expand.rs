@@ -251,7 +251,8 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
             chain = quote!(#chain.#setter(#value));
         }
     }
-    chain
+    let template = &config.template;
+    quote!(#chain.with_template(#template))
 }
 
 /// The type for `run::<R, _>`, so that `?` and `Ok(..)` in the body infer. `impl Trait` cannot be

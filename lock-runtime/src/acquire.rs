@@ -165,6 +165,22 @@ impl Acquirer {
                 break Err(busy());
             }
         };
+        match &result {
+            Ok(lease) => crate::observe::acquired(
+                lease.state.label(),
+                &keys.key,
+                lease.fence(),
+                begun.elapsed(),
+            ),
+            Err(LockError::Busy { name, waited }) => crate::observe::busy(
+                crate::observe::Label {
+                    template: opts.template(),
+                    name,
+                },
+                *waited,
+            ),
+            Err(_) => {}
+        }
         // The place in the queue: the acquire script removed it when we got the lock; a wait
         // that ran out leaves now; after any other error the place's drop leaves in the
         // background, so the caller does not wait on a server that may not answer.
@@ -250,6 +266,7 @@ impl Acquirer {
             renew: opts.renew(),
             min_hold: opts.min_hold(),
             started: sent,
+            template: opts.template(),
         }));
         let renewing = self.watchdog.register(Arc::clone(&state));
         let lease = Lease::owned(Arc::clone(&state), Arc::clone(&self.quorum), renewing);

@@ -95,6 +95,7 @@ impl Lease {
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {
                     if rx.borrow().valid_until <= Instant::now() {
+                        self.state.mark_lost(LostReason::ValidityExpired);
                         return LostReason::ValidityExpired;
                     }
                 }
@@ -118,6 +119,12 @@ impl Lease {
         // in the background (compare-and-delete twice is harmless).
         let out = self.quorum.release(&self.state).await;
         self.released = true;
+        match &out {
+            Ok(()) => crate::observe::released(self.state.label()),
+            // A lost lease's key is gone already: that was reported when it was lost.
+            Err(LockError::Lost { .. }) if self.state.status.borrow().lost.is_some() => {}
+            Err(e) => crate::observe::release_failed(self.state.label(), e),
+        }
         out
     }
 
@@ -138,8 +145,11 @@ impl Drop for Lease {
             Ok(handle) => {
                 let (quorum, state) = (Arc::clone(&self.quorum), Arc::clone(&self.state));
                 handle.spawn(async move {
-                    if let Err(e) = quorum.release(&state).await {
-                        tracing::debug!(lock = %state.name, error = %e, "background release failed");
+                    match quorum.release(&state).await {
+                        Ok(()) => crate::observe::released(state.label()),
+                        // A lost lease's key is gone already: nothing failed.
+                        Err(LockError::Lost { .. }) if state.status.borrow().lost.is_some() => {}
+                        Err(e) => crate::observe::release_failed(state.label(), &e),
                     }
                 });
             }

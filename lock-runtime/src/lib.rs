@@ -27,7 +27,7 @@
 
 // The engine's layers, from the leaves up; each imports only from the layers above it in this
 // list (tests/layering.rs checks that there is no cycle):
-// - leaves: error, options, keys, scripts, output, connect, fanout, random, slot
+// - leaves: error, options, keys, scripts, output, connect, fanout, random, slot, observe
 // - how requests reach one logical server: cluster (Redis Cluster), sentinel (the primary
 //   Sentinel names), link (either, or a direct connection)
 // - one logical server: pubsub (its release notifications), node (its scripts and commands)
@@ -48,6 +48,7 @@ mod lease;
 mod link;
 mod locker;
 mod node;
+mod observe;
 mod options;
 mod output;
 mod pubsub;

@@ -151,16 +151,47 @@ impl Locker {
         opts.validate_for(&name)?;
         check_name(&name)?;
         let key = self.key_of(&name);
-        if let Some(held) = crate::held::find(self.id(), &key) {
-            return crate::run::run_body(self.nested(held), opts, body).await;
-        }
-        let lease = self.inner.acquirer.acquire(key, name, opts).await?;
-        let state = Arc::clone(&lease.state);
-        crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body)).await
+        // One span per locked call; its fields are filled in as the call goes.
+        let span = tracing::info_span!(
+            "lock",
+            name = %name,
+            template = opts.template(),
+            key = %key,
+            fence = tracing::field::Empty,
+            waited_ms = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let call = async {
+            let begun = tokio::time::Instant::now();
+            if let Some(held) = crate::held::find(self.id(), &key) {
+                span.record("fence", held.fence).record("waited_ms", 0);
+                return crate::run::run_body(self.nested(held), opts, body).await;
+            }
+            let lease = self.inner.acquirer.acquire(key, name, opts).await?;
+            span.record("fence", lease.fence())
+                .record("waited_ms", begun.elapsed().as_millis() as u64);
+            let state = Arc::clone(&lease.state);
+            crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body)).await
+        };
+        let out = tracing::Instrument::instrument(call, span.clone()).await;
+        span.record("outcome", outcome_of(&out));
+        out
     }
 
     /// The lease this task already holds, seen again by a nested call.
     fn nested(&self, held: Arc<crate::validity::LeaseState>) -> Lease {
         Lease::nested(held, Arc::clone(&self.inner.acquirer.quorum))
+    }
+}
+
+/// The `outcome` field of a call's span.
+fn outcome_of<T>(out: &Result<T, LockError>) -> &'static str {
+    match out {
+        Ok(_) => "ok",
+        Err(LockError::Busy { .. }) => "busy",
+        Err(LockError::Lost { .. }) => "lost",
+        Err(LockError::MaxExecExceeded { .. }) => "max_exec",
+        Err(LockError::Config { .. }) => "config_error",
+        Err(_) => "redis_error",
     }
 }

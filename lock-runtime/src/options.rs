@@ -22,6 +22,7 @@ pub struct LockOptions {
     renew: Option<Duration>,
     wait: Duration,
     min_hold: Duration,
+    template: Option<&'static str>,
 }
 
 /// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms`.
@@ -61,6 +62,7 @@ impl LockOptions {
             renew: None,
             wait: Duration::ZERO,
             min_hold: Duration::ZERO,
+            template: None,
         }
     }
 
@@ -90,6 +92,21 @@ impl LockOptions {
     pub const fn with_min_hold(mut self, min_hold: Duration) -> Self {
         self.min_hold = min_hold;
         self
+    }
+
+    /// The name's template, such as `"report:{tenant}"`: the `lock` label of the metrics and
+    /// the `template` field of the tracing span, where rendered names (one per tenant, per
+    /// invoice..) would be too many distinct values. `#[distributed_lock]` sets it to its `name`;
+    /// without it, the lock's name is the label.
+    #[must_use]
+    pub const fn with_template(mut self, template: &'static str) -> Self {
+        self.template = Some(template);
+        self
+    }
+
+    /// The name's template, when one was given (see [`with_template`](Self::with_template)).
+    pub const fn template(&self) -> Option<&'static str> {
+        self.template
     }
 
     /// The lease length.

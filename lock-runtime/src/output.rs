@@ -25,9 +25,14 @@ impl<T, E: From<LockError>> LockOutput for Result<T, E> {
 impl LockOutput for () {
     fn from_lock_error(err: LockError) {
         match &err {
-            // Another node running this job is the normal case for a scheduled job.
+            // Another node running this job is the normal case for a scheduled job: every
+            // replica but one skips each tick.
             LockError::Busy { name, .. } => {
-                tracing::info!(lock = %name, "skipped: lock is held elsewhere");
+                tracing::debug!(lock = %name, "skipped: lock is held elsewhere");
+            }
+            // Logged at WARN by the engine when it happened.
+            LockError::Lost { .. } | LockError::MaxExecExceeded { .. } => {
+                tracing::debug!(lock = %err.lock_name(), error = %err, "locked call ended early");
             }
             _ => tracing::warn!(lock = %err.lock_name(), error = %err, "locked call failed"),
         }

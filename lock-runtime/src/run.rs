@@ -64,19 +64,20 @@ where
     };
     let name = lease.name().to_owned();
     if let Outcome::Lost(reason) = outcome {
+        // Counted and logged once, however it was found out.
+        lease.state.mark_lost(reason);
         // The key is gone or out of reach: release in the background (the lease's drop) rather
         // than make the caller wait on a node that may not answer.
         drop(lease);
         return Err(LockError::Lost { name, reason });
     }
-    let released = lease.release().await;
+    if let Outcome::MaxExec = outcome {
+        crate::observe::max_exec(lease.state.label(), max_exec);
+    }
+    // A failed release is logged and counted by the lease; the body's value stands.
+    let _ = lease.release().await;
     match outcome {
-        Outcome::Done(v) => {
-            if let Err(e) = released {
-                tracing::warn!(lock = %name, error = %e, "the body finished but the release failed; the key expires by its ttl");
-            }
-            Ok(v)
-        }
+        Outcome::Done(v) => Ok(v),
         Outcome::Panicked(panic) => resume_unwind(panic),
         Outcome::MaxExec => Err(LockError::MaxExecExceeded { name, max_exec }),
         Outcome::Lost(reason) => unreachable!("returned above: {reason}"),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::observe::Label;
 use crate::{LockError, LostReason};
 
 /// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
@@ -22,6 +23,8 @@ pub(crate) struct LeaseState {
     /// When the acquire request was sent: validity and `min_hold` count from here.
     pub started: Instant,
     pub min_hold: Duration,
+    /// The name's template, for metrics (see `LockOptions::with_template`).
+    pub template: Option<&'static str>,
     pub status: watch::Sender<Status>,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
@@ -47,6 +50,7 @@ pub(crate) struct Granted {
     pub renew: Duration,
     pub min_hold: Duration,
     pub started: Instant,
+    pub template: Option<&'static str>,
 }
 
 impl LeaseState {
@@ -68,8 +72,17 @@ impl LeaseState {
             drift,
             started: g.started,
             min_hold: g.min_hold,
+            template: g.template,
             status,
             ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The `lock` label of this lease's metrics and events.
+    pub(crate) fn label(&self) -> Label<'_> {
+        Label {
+            template: self.template,
+            name: &self.name,
         }
     }
 
@@ -86,11 +99,13 @@ impl LeaseState {
     pub(crate) fn confirm(&self, sent: Instant) -> bool {
         let until = sent + self.ttl - self.drift;
         let now = Instant::now();
+        let mut lost_now = false;
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 false
             } else if now >= s.valid_until {
                 s.lost = Some(LostReason::ValidityExpired);
+                lost_now = true;
                 true
             } else if until > s.valid_until {
                 s.valid_until = until;
@@ -99,11 +114,17 @@ impl LeaseState {
                 false
             }
         });
+        if lost_now {
+            crate::observe::lost(self.label(), LostReason::ValidityExpired);
+        } else if self.status.borrow().lost.is_none() {
+            crate::observe::renewed(self.label(), sent.elapsed());
+        }
         self.status.borrow().lost.is_none()
     }
 
+    /// Records the loss (once: loss is final); the first report is logged and counted.
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        self.status.send_if_modified(|s| {
+        let first = self.status.send_if_modified(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
@@ -111,6 +132,9 @@ impl LeaseState {
                 false
             }
         });
+        if first && !self.is_ended() {
+            crate::observe::lost(self.label(), reason);
+        }
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
@@ -119,7 +143,11 @@ impl LeaseState {
 
     /// Marks the lease released or dropped; true the first time.
     pub(crate) fn end(&self) -> bool {
-        !self.ended.swap(true, Ordering::AcqRel)
+        let first = !self.ended.swap(true, Ordering::AcqRel);
+        if first {
+            crate::observe::ended(self.label(), self.started.elapsed());
+        }
+        first
     }
 
     pub(crate) fn is_ended(&self) -> bool {

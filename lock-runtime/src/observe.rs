@@ -1,0 +1,122 @@
+//! What the engine tells an operator: `tracing` events, and (feature `metrics`) counters,
+//! histograms and a gauge through the `metrics` facade. Every metric is labelled `lock` with the
+//! name's template (see [`LockOptions::with_template`](crate::LockOptions::with_template)), or
+//! the name itself when no template was given.
+//!
+//! | metric | kind | when |
+//! |--------|------|------|
+//! | `lock_acquired_total` | counter | a lease was taken |
+//! | `lock_busy_total` | counter | a call gave up on a busy lock (`Busy`) |
+//! | `lock_lost_total` | counter | a held lease was lost |
+//! | `lock_max_exec_total` | counter | a body ran past `max_exec` and was cancelled |
+//! | `lock_release_failures_total` | counter | a release could not be confirmed |
+//! | `lock_wait_seconds` | histogram | from the call to the lease (or to `Busy`) |
+//! | `lock_hold_seconds` | histogram | from the acquire to the release (or the loss) |
+//! | `lock_renewal_seconds` | histogram | the round trip of each confirmed renewal |
+//! | `lock_leases_held` | gauge | leases held by this process now |
+
+use std::time::Duration;
+
+use crate::LostReason;
+
+/// The `lock` label of a call: its template if it has one, else its name.
+#[derive(Clone, Copy)]
+pub(crate) struct Label<'a> {
+    pub template: Option<&'static str>,
+    pub name: &'a str,
+}
+
+impl Label<'_> {
+    #[cfg(feature = "metrics")]
+    fn value(self) -> metrics::SharedString {
+        match self.template {
+            Some(t) => metrics::SharedString::const_str(t),
+            None => metrics::SharedString::from(self.name.to_owned()),
+        }
+    }
+}
+
+pub(crate) fn acquired(label: Label<'_>, key: &str, fence: u64, waited: Duration) {
+    tracing::debug!(
+        lock = label.name,
+        key,
+        fence,
+        waited_ms = waited.as_millis() as u64,
+        "lock acquired"
+    );
+    #[cfg(feature = "metrics")]
+    {
+        let lock = label.value();
+        metrics::counter!("lock_acquired_total", "lock" => lock.clone()).increment(1);
+        metrics::histogram!("lock_wait_seconds", "lock" => lock.clone())
+            .record(waited.as_secs_f64());
+        metrics::gauge!("lock_leases_held", "lock" => lock).increment(1.0);
+    }
+}
+
+pub(crate) fn busy(label: Label<'_>, waited: Duration) {
+    tracing::debug!(
+        lock = label.name,
+        waited_ms = waited.as_millis() as u64,
+        "lock busy: held elsewhere"
+    );
+    #[cfg(feature = "metrics")]
+    {
+        let lock = label.value();
+        metrics::counter!("lock_busy_total", "lock" => lock.clone()).increment(1);
+        metrics::histogram!("lock_wait_seconds", "lock" => lock).record(waited.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = waited;
+}
+
+/// The lease ended (released, dropped or lost) after being held for `held`.
+pub(crate) fn ended(label: Label<'_>, held: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let lock = label.value();
+        metrics::histogram!("lock_hold_seconds", "lock" => lock.clone()).record(held.as_secs_f64());
+        metrics::gauge!("lock_leases_held", "lock" => lock).decrement(1.0);
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (label, held);
+}
+
+pub(crate) fn lost(label: Label<'_>, reason: LostReason) {
+    tracing::warn!(
+        lock = label.name,
+        template = label.template,
+        %reason,
+        "lock lost while held; the body is cancelled"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_lost_total", "lock" => label.value()).increment(1);
+}
+
+pub(crate) fn max_exec(label: Label<'_>, max_exec: Duration) {
+    tracing::warn!(
+        lock = label.name,
+        ?max_exec,
+        "the body ran past max_exec and was cancelled"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_max_exec_total", "lock" => label.value()).increment(1);
+}
+
+pub(crate) fn released(label: Label<'_>) {
+    tracing::debug!(lock = label.name, "lock released");
+}
+
+pub(crate) fn release_failed(label: Label<'_>, error: &dyn std::fmt::Display) {
+    tracing::warn!(lock = label.name, %error, "release failed; the key expires by its ttl");
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_release_failures_total", "lock" => label.value()).increment(1);
+}
+
+pub(crate) fn renewed(label: Label<'_>, round_trip: Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("lock_renewal_seconds", "lock" => label.value())
+        .record(round_trip.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (label, round_trip);
+}

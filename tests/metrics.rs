@@ -1,0 +1,153 @@
+//! The `metrics` feature (issue 13): counters, histograms and the held-leases gauge, labelled by
+//! the name's template, read back through the facade's debugging recorder (one test per binary:
+//! the recorder is global).
+
+mod support;
+
+use std::collections::HashMap;
+
+use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use support::{Env, ms};
+
+#[distributed_lock(name = "invoice:{id}", ttl = "1s", locker = locker)]
+async fn invoice(locker: &Locker, id: u32) -> Result<u32, LockError> {
+    Ok(id)
+}
+
+#[distributed_lock(name = "slow:{id}", ttl = "1s", max_exec = "30ms", locker = locker)]
+async fn slow(locker: &Locker, id: u32) -> Result<(), LockError> {
+    let _ = id;
+    tokio::time::sleep(ms(5_000)).await;
+    Ok(())
+}
+
+/// Every metric so far: `(name, lock label) -> value`, counters and gauges as numbers,
+/// histograms as their number of samples. A debugging snapshot hands each value over once (it
+/// resets counters and gauges to 0 and drains histograms), so the snapshots are added up.
+struct Totals {
+    snapshotter: metrics_util::debugging::Snapshotter,
+    totals: std::sync::Mutex<HashMap<(String, String), f64>>,
+}
+
+impl Totals {
+    fn get(&self, name: &str, lock: &str) -> f64 {
+        let mut totals = self.totals.lock().unwrap();
+        for (key, v) in snapshot(&self.snapshotter) {
+            *totals.entry(key).or_insert(0.0) += v;
+        }
+        totals
+            .get(&(name.to_owned(), lock.to_owned()))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    fn labels(&self) -> Vec<String> {
+        let _ = self.get("", "");
+        let totals = self.totals.lock().unwrap();
+        totals.keys().map(|(_, lock)| lock.clone()).collect()
+    }
+}
+
+fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<((String, String), f64)> {
+    snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .map(|(key, _, _, value)| {
+            let key = key.key();
+            let lock = key
+                .labels()
+                .find(|l| l.key() == "lock")
+                .map(|l| l.value().to_owned())
+                .unwrap_or_default();
+            let v = match value {
+                DebugValue::Counter(n) => n as f64,
+                DebugValue::Gauge(g) => g.into_inner(),
+                DebugValue::Histogram(samples) => samples.len() as f64,
+            };
+            ((key.name().to_owned(), lock), v)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_each_outcome_by_template() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder
+        .install()
+        .expect("the only recorder of this binary");
+    let env = Env::start().await;
+    let m = Totals {
+        snapshotter,
+        totals: Default::default(),
+    };
+
+    // Ten calls on ten rendered names: one label, the template.
+    for id in 0..10 {
+        assert_eq!(invoice(&env.locker, id).await.unwrap(), id);
+    }
+    assert_eq!(m.get("lock_acquired_total", "invoice:{id}"), 10.0);
+    let labels = m.labels();
+    assert!(
+        !labels
+            .iter()
+            .any(|l| l.starts_with("invoice:") && l != "invoice:{id}"),
+        "{labels:?}"
+    );
+    assert_eq!(m.get("lock_wait_seconds", "invoice:{id}"), 10.0);
+    assert_eq!(m.get("lock_hold_seconds", "invoice:{id}"), 10.0);
+
+    // Busy: a held name, tried once.
+    let holder = env
+        .locker
+        .acquire("invoice:3", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap();
+    let err = invoice(&env.locker, 3).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }));
+    assert_eq!(m.get("lock_busy_total", "invoice:{id}"), 1.0);
+    // The gauge counts the held lease; by the manual API, its label is its name.
+    assert_eq!(m.get("lock_leases_held", "invoice:3"), 1.0);
+    holder.release().await.unwrap();
+    assert_eq!(m.get("lock_leases_held", "invoice:3"), 0.0);
+
+    // max_exec.
+    let err = slow(&env.locker, 1).await.unwrap_err();
+    assert!(matches!(err, LockError::MaxExecExceeded { .. }));
+    assert_eq!(m.get("lock_max_exec_total", "slow:{id}"), 1.0);
+
+    // A renewal, then a loss: the key is taken away under a held lease.
+    let opts = LockOptions::new(ms(300)).with_template("held:{n}");
+    let lease = env.locker.acquire("held:1", &opts).await.unwrap();
+    support::eventually(ms(2_000), "a confirmed renewal", || {
+        let renewed = m.get("lock_renewal_seconds", "held:{n}");
+        async move { renewed >= 1.0 }
+    })
+    .await;
+    env.del(&env.key("held:1")).await;
+    tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
+    // Counted by the watchdog right after it marks the loss, on its own thread.
+    support::eventually(ms(2_000), "the loss counted", || {
+        let lost = m.get("lock_lost_total", "held:{n}");
+        async move { lost == 1.0 }
+    })
+    .await;
+    drop(lease);
+    assert_eq!(m.get("lock_leases_held", "held:{n}"), 0.0);
+
+    // A release that cannot be confirmed: the server is frozen.
+    let lease = env
+        .locker
+        .acquire("frozen", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap();
+    env.server.pause();
+    let released = lease.release().await;
+    env.server.resume();
+    assert!(released.is_err());
+    assert_eq!(m.get("lock_release_failures_total", "frozen"), 1.0);
+    // Every invoice lease ended: the gauge of the template is back to 0.
+    assert_eq!(m.get("lock_leases_held", "invoice:{id}"), 0.0);
+}

@@ -1,0 +1,187 @@
+//! What an operator sees through `tracing` (issue 13): one `lock` span per locked call with its
+//! name, key, fence, wait and outcome, and events at acquire, loss, `max_exec` and release; a
+//! `()` job that skips a busy tick logs at DEBUG, a real failure at WARN.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
+use support::{Env, ms};
+
+/// Field names and values, in the order recorded.
+type FieldList = Vec<(String, String)>;
+
+/// Spans (with every field recorded on them) and events (with level, message and fields).
+#[derive(Clone, Default)]
+struct Recorded {
+    spans: Arc<Mutex<HashMap<u64, FieldList>>>,
+    events: Arc<Mutex<Vec<(tracing::Level, FieldList)>>>,
+    next: Arc<AtomicU64>,
+}
+
+struct Fields<'a>(&'a mut FieldList);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+}
+
+impl tracing::Subscriber for Recorded {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut fields = vec![("span".to_owned(), attrs.metadata().name().to_owned())];
+        attrs.record(&mut Fields(&mut fields));
+        self.spans.lock().unwrap().insert(id, fields);
+        tracing::span::Id::from_u64(id)
+    }
+    fn record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        if let Some(fields) = self.spans.lock().unwrap().get_mut(&id.into_u64()) {
+            values.record(&mut Fields(fields));
+        }
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Vec::new();
+        event.record(&mut Fields(&mut fields));
+        self.events
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), fields));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+impl Recorded {
+    fn lock_spans(&self) -> Vec<HashMap<String, String>> {
+        let spans = self.spans.lock().unwrap();
+        let mut ids: Vec<&u64> = spans.keys().collect();
+        ids.sort();
+        ids.into_iter()
+            .map(|id| spans[id].iter().cloned().collect::<HashMap<_, _>>())
+            .filter(|f| f.get("span").map(String::as_str) == Some("lock"))
+            .collect()
+    }
+
+    fn events_with(&self, message: &str) -> Vec<(tracing::Level, HashMap<String, String>)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(level, f)| (*level, f.iter().cloned().collect::<HashMap<_, _>>()))
+            .filter(|(_, f)| f.get("message").is_some_and(|m| m.contains(message)))
+            .collect()
+    }
+}
+
+#[distributed_lock(name = "report:{tenant}", ttl = "5s", wait = "2s", locker = locker, guard = lease)]
+async fn report(locker: &Locker, tenant: &str) -> Result<u64, LockError> {
+    Ok(lease.fence())
+}
+
+#[distributed_lock(name = "nightly", ttl = "5s", locker = locker)]
+async fn nightly(locker: &Locker) {}
+
+#[distributed_lock(name = "slow", ttl = "1s", max_exec = "50ms", locker = locker)]
+async fn slow(locker: &Locker) -> Result<(), LockError> {
+    tokio::time::sleep(ms(5_000)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn spans_and_events_tell_what_each_call_did() {
+    let env = Env::start().await;
+    let recorded = Recorded::default();
+    let _guard = tracing::dispatcher::set_default(&tracing::Dispatch::new(recorded.clone()));
+
+    let fence = report(&env.locker, "acme").await.unwrap();
+    let spans = recorded.lock_spans();
+    let span = spans.last().expect("a lock span");
+    assert_eq!(
+        span.get("name").map(String::as_str),
+        Some("report:acme"),
+        "{span:?}"
+    );
+    assert_eq!(span["template"], "report:{tenant}", "{span:?}");
+    assert_eq!(span["key"], env.key("report:acme"), "{span:?}");
+    assert_eq!(span["fence"], fence.to_string(), "{span:?}");
+    assert!(span.contains_key("waited_ms"), "{span:?}");
+    assert_eq!(span["outcome"], "ok", "{span:?}");
+    let acquired = recorded.events_with("lock acquired");
+    assert!(
+        acquired.iter().any(|(l, f)| *l == tracing::Level::DEBUG
+            && f.get("fence") == Some(&fence.to_string())),
+        "{acquired:?}"
+    );
+    assert!(!recorded.events_with("lock released").is_empty());
+
+    // A `()` job that finds the lock busy: the normal case for every replica but one, DEBUG.
+    let holder = env
+        .locker
+        .acquire("nightly", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap();
+    nightly(&env.locker).await;
+    let skipped = recorded.events_with("held elsewhere");
+    assert!(
+        !skipped.is_empty() && skipped.iter().all(|(l, _)| *l == tracing::Level::DEBUG),
+        "{skipped:?}"
+    );
+    assert_eq!(recorded.lock_spans().last().unwrap()["outcome"], "busy");
+    holder.release().await.unwrap();
+
+    // max_exec: an event at WARN, the span's outcome.
+    let err = slow(&env.locker).await.unwrap_err();
+    assert!(matches!(err, LockError::MaxExecExceeded { .. }), "{err:?}");
+    let cancelled = recorded.events_with("max_exec");
+    assert!(
+        cancelled
+            .iter()
+            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "slow"),
+        "{cancelled:?}"
+    );
+    assert_eq!(recorded.lock_spans().last().unwrap()["outcome"], "max_exec");
+
+    // Loss: the key is taken away under a held lease; its next renewal finds out.
+    let lease = env
+        .locker
+        .acquire("taken", &LockOptions::new(ms(300)))
+        .await
+        .unwrap();
+    env.del(&env.key("taken")).await;
+    tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
+    let lost = recorded.events_with("lock lost");
+    assert!(
+        lost.iter()
+            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "taken"),
+        "{lost:?}"
+    );
+
+    // A real failure of a `()` job is a WARN: here the server is gone.
+    drop(lease);
+    env.server.kill();
+    let failing = Locker::builder()
+        .url(env.server.url())
+        .connect_timeout(ms(200))
+        .response_timeout(ms(200))
+        .build()
+        .unwrap();
+    nightly(&failing).await;
+    let failed = recorded.events_with("locked call failed");
+    assert!(
+        failed
+            .iter()
+            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "nightly"),
+        "{failed:?}"
+    );
+}
