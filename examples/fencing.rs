@@ -35,6 +35,7 @@ impl FencedStore {
 }
 
 fn main() {
+    lock_suite::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     let store = Arc::new(FencedStore::default());
     let ttl = Duration::from_millis(300);

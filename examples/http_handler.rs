@@ -55,6 +55,7 @@ async fn withdraw(account_id: u64, amount: u64, accounts: Arc<Accounts>) -> Resu
 
 #[tokio::main]
 async fn main() {
+    lock_suite::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     lock_runtime::set_default_locker(Locker::connect(&url).await.expect("connect"))
         .expect("first default");

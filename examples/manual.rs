@@ -12,6 +12,7 @@ use lock_runtime::{LockError, LockOptions, Locker};
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
+    lock_suite::show_lock_events();
     // A private server unless REDIS_URL points at one (kept alive until the end of main).
     let (url, _server) = redis_url_or_private_server();
     let locker = Locker::connect(&url).await?;

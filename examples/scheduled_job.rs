@@ -40,6 +40,7 @@ impl Worker {
 
 #[tokio::main]
 async fn main() {
+    lock_suite::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     for guarded in [true, false] {
         println!(

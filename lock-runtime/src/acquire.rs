@@ -166,12 +166,9 @@ impl Acquirer {
             }
         };
         match &result {
-            Ok(lease) => crate::observe::acquired(
-                lease.state.label(),
-                &keys.key,
-                lease.fence(),
-                begun.elapsed(),
-            ),
+            Ok(lease) => {
+                crate::observe::acquired(lease.state.label(), lease.fence(), begun.elapsed());
+            }
             Err(LockError::Busy { name, waited }) => crate::observe::busy(
                 crate::observe::Label {
                     template: opts.template(),

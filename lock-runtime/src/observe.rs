@@ -36,10 +36,10 @@ impl Label<'_> {
     }
 }
 
-pub(crate) fn acquired(label: Label<'_>, key: &str, fence: u64, waited: Duration) {
+pub(crate) fn acquired(label: Label<'_>, fence: u64, waited: Duration) {
     tracing::debug!(
         lock = label.name,
-        key,
+        template = label.template,
         fence,
         waited_ms = waited.as_millis() as u64,
         "lock acquired"
@@ -55,7 +55,8 @@ pub(crate) fn acquired(label: Label<'_>, key: &str, fence: u64, waited: Duration
 }
 
 pub(crate) fn busy(label: Label<'_>, waited: Duration) {
-    tracing::debug!(
+    // TRACE: the caller gets `Busy` (a `()` job logs its skip at DEBUG itself).
+    tracing::trace!(
         lock = label.name,
         waited_ms = waited.as_millis() as u64,
         "lock busy: held elsewhere"
