@@ -657,3 +657,50 @@ async fn cluster_replicas_are_checked_and_acknowledge() {
         "{text}"
     );
 }
+
+/// Inspection on a cluster (issue 13): `list` scans every primary, `inspect` reads the lock's
+/// slot, and the holder is this process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_list_and_inspect_see_every_primary() {
+    let _one = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let locker = Locker::builder()
+        .cluster(cluster.urls())
+        .label("cluster-test")
+        .connect()
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..30).map(|i| format!("shard:{i}")).collect();
+    let spread = owners(&cluster, &locker, &names);
+    assert_eq!(
+        spread
+            .values()
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        3
+    );
+    let opts = LockOptions::new(ms(10_000));
+    let mut leases = Vec::new();
+    for n in &names {
+        leases.push(locker.acquire(n, &opts).await.unwrap());
+    }
+    let listed = locker.list("shard:*").await.unwrap();
+    let mut got: Vec<String> = listed.iter().map(|i| i.name.clone()).collect();
+    let mut want = names.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    for info in &listed {
+        let holder = info.holder.as_ref().unwrap();
+        assert_eq!(
+            (holder.pid, holder.label.as_deref()),
+            (std::process::id(), Some("cluster-test"))
+        );
+    }
+    let info = locker.inspect("shard:7").await.unwrap().unwrap();
+    assert_eq!(info.value, leases[7].token());
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert!(locker.list("shard:*").await.unwrap().is_empty());
+}

@@ -20,6 +20,8 @@ pub(crate) struct Acquirer {
     pub(crate) quorum: Arc<Quorum>,
     watchdog: Watchdog,
     stale_heads: StaleHeads,
+    /// Who this process is, at the end of every value it writes (see `holder`).
+    suffix: String,
 }
 
 /// The outcome of one attempt.
@@ -63,11 +65,12 @@ impl Drop for InFlight<'_> {
 }
 
 impl Acquirer {
-    pub(crate) fn new(quorum: Arc<Quorum>) -> Self {
+    pub(crate) fn new(quorum: Arc<Quorum>, suffix: String) -> Self {
         Self {
             watchdog: Watchdog::new(Arc::clone(&quorum)),
             quorum,
             stale_heads: StaleHeads::default(),
+            suffix,
         }
     }
 
@@ -81,7 +84,9 @@ impl Acquirer {
         let keys = Keys::new(key);
         // One server and a wait: queue up, so that the lock goes to waiters in arrival order.
         let mut place = match self.quorum.queue_node() {
-            Some(node) if !opts.wait().is_zero() => Some(QueuePlace::new(node, &keys)),
+            Some(node) if !opts.wait().is_zero() => {
+                Some(QueuePlace::new(node, &keys, &self.suffix))
+            }
             _ => None,
         };
         let begun = Instant::now();
@@ -198,7 +203,7 @@ impl Acquirer {
     ) -> Result<Attempt, LockError> {
         let ttl = opts.ttl();
         let validity = ttl.saturating_sub(opts.drift());
-        let token = crate::random::token();
+        let token = crate::holder::value(&self.suffix);
         let sent = Instant::now();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);

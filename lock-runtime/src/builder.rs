@@ -33,6 +33,7 @@ pub struct LockerBuilder {
     tls_root_cert: Option<Vec<u8>>,
     fence_retention: Option<Duration>,
     replicas: usize,
+    label: Option<String>,
 }
 
 /// Which servers a locker uses.
@@ -58,6 +59,7 @@ impl Default for LockerBuilder {
             tls_root_cert: None,
             fence_retention: Some(DEFAULT_FENCE_RETENTION),
             replicas: 0,
+            label: None,
         }
     }
 }
@@ -148,6 +150,16 @@ impl LockerBuilder {
         self
     }
 
+    /// A label that names this locker's holder in every key it writes, next to the host name
+    /// and process id: `Locker::inspect` and `lockctl` show it (for example a service name, a
+    /// pod name, or a job name). Letters, digits and `.`, `_`, `-`, `/` are kept; other
+    /// characters become `_`.
+    #[must_use]
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
     /// Prefix of every key (default `lock:`); the key of lock `n` is `<prefix>{n}`.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -228,7 +240,8 @@ impl LockerBuilder {
         let retention_ms = self
             .fence_retention
             .map_or(0, |d| (d.as_millis() as u64).max(1));
-        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)));
+        let suffix = crate::holder::suffix(self.label.as_deref());
+        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)), suffix);
         Ok(Locker::new(acquirer, self.prefix))
     }
 

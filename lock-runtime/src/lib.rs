@@ -34,7 +34,7 @@
 // - the deployment: quorum (N servers and the rule that decides their replies; one server is N = 1)
 // - one lease: validity (what is known of it), watchdog (its renewal), lease (the handle)
 // - taking one: queue (the fair waiter queue), acquire (an attempt, and waiting)
-// - the facade: held (reentrancy), run (the body), builder, locker, default_locker
+// - the facade: held (reentrancy), run (the body), builder, locker, default_locker, inspect
 mod acquire;
 mod builder;
 mod cluster;
@@ -43,6 +43,8 @@ mod default_locker;
 mod error;
 mod fanout;
 mod held;
+mod holder;
+mod inspect;
 mod keys;
 mod lease;
 mod link;
@@ -68,6 +70,8 @@ pub mod testing;
 pub use builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
 pub use default_locker::{default_locker, set_default_locker};
 pub use error::{LockError, LostReason};
+pub use holder::Holder;
+pub use inspect::{LIST_LIMIT, LockInfo, LockState, Waiting};
 pub use lease::Lease;
 #[doc = include_str!("attribute.md")]
 #[doc(inline)]

@@ -36,6 +36,10 @@ impl Locker {
         }
     }
 
+    pub(crate) fn acquirer(&self) -> &Acquirer {
+        &self.inner.acquirer
+    }
+
     /// An identity shared by this locker's clones (for nested calls).
     fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize

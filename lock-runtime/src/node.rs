@@ -918,16 +918,25 @@ impl Node {
 
     /// Sends one plain command (for inspection: reads of a lock's keys), bounded by the response
     /// timeout. Keyed commands reach the server that holds the key.
-    #[allow(dead_code)] // used by inspection (next)
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
         let mut conn = self.conn().await?;
         self.bounded(self.settings.response_timeout, cmd.query_async(&mut conn))
             .await
     }
 
+    /// Sends a pipeline of plain commands (for inspection: reads of one lock's keys, which share
+    /// a slot), bounded by the response timeout.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+    ) -> RedisResult<T> {
+        let mut conn = self.conn().await?;
+        self.bounded(self.settings.response_timeout, pipe.query_async(&mut conn))
+            .await
+    }
+
     /// Up to `limit` keys matching `pattern` (SCAN, in batches of `COUNT 1000`), from every
     /// primary that holds keys of this deployment.
-    #[allow(dead_code)] // used by inspection (next)
     pub(crate) async fn scan(&self, pattern: &str, limit: usize) -> RedisResult<Vec<String>> {
         let mut out = Vec::new();
         let scan = |cursor: u64| {

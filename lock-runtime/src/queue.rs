@@ -31,12 +31,12 @@ pub(crate) struct QueuePlace {
 }
 
 impl QueuePlace {
-    pub(crate) fn new(node: &Arc<Node>, keys: &Keys) -> Self {
+    pub(crate) fn new(node: &Arc<Node>, keys: &Keys, suffix: &str) -> Self {
         Self {
             node: Arc::clone(node),
             keys: keys.clone(),
             waiter: Waiter {
-                id: crate::random::token(),
+                id: crate::holder::value(suffix),
                 grace: waiter_grace(node),
             },
             queued: false,

@@ -26,12 +26,19 @@ fn next() -> u64 {
 }
 
 /// A fresh token: a version 4 UUID in its 32-hex-digit form.
+#[cfg(test)]
 pub(crate) fn token() -> String {
+    let mut token = String::with_capacity(32);
+    push_token(&mut token);
+    token
+}
+
+/// Appends a fresh token to `out`.
+pub(crate) fn push_token(out: &mut String) {
     let bytes = ((u128::from(next()) << 64) | u128::from(next())).to_be_bytes();
-    uuid::Builder::from_random_bytes(bytes)
-        .into_uuid()
-        .simple()
-        .to_string()
+    let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+    let mut buf = [0u8; 32];
+    out.push_str(uuid.simple().encode_lower(&mut buf));
 }
 
 /// A number in `0..=n`.

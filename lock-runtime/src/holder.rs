@@ -1,0 +1,131 @@
+//! Who holds a lock: the value a lease stores in its key is a fresh random token followed by who
+//! took it, so that an operator can tell (`Locker::inspect`, `lockctl`). The scripts compare the
+//! whole value as one opaque string; only inspection reads it apart.
+//!
+//! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>]`. Host and label keep ASCII
+//! letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then has
+//! no space, which the waiter queue's state string relies on, and no `;` or `=` inside a field).
+//! Waiters queue under an id of the same form.
+
+/// Who took a lock, as its key's value says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The random token of this acquisition (32 hex digits).
+    pub token: String,
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// The label given to the holder's `LockerBuilder::label`, if any.
+    pub label: Option<String>,
+}
+
+impl Holder {
+    /// Reads a key's value; `None` when it is not in this format (another client's value).
+    pub fn parse(value: &str) -> Option<Holder> {
+        let mut fields = value.split(';');
+        let token = fields.next()?;
+        if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let (mut host, mut pid, mut label) = (None, None, None);
+        for field in fields {
+            match field.split_once('=')? {
+                ("host", h) => host = Some(h.to_owned()),
+                ("pid", p) => pid = Some(p.parse().ok()?),
+                ("label", l) => label = Some(l.to_owned()),
+                // Fields a later version may add.
+                _ => {}
+            }
+        }
+        Some(Holder {
+            token: token.to_owned(),
+            host: host?,
+            pid: pid?,
+            label,
+        })
+    }
+}
+
+/// What every value this process writes ends with: `;host=..;pid=..[;label=..]`, made once
+/// per locker.
+pub(crate) fn suffix(label: Option<&str>) -> String {
+    let mut out = format!(";host={};pid={}", clean(&host_name()), std::process::id());
+    if let Some(label) = label {
+        out.push_str(";label=");
+        out.push_str(&clean(label));
+    }
+    out
+}
+
+/// A fresh token followed by `suffix`, in one allocation.
+pub(crate) fn value(suffix: &str) -> String {
+    let mut value = String::with_capacity(32 + suffix.len());
+    crate::random::push_token(&mut value);
+    value.push_str(suffix);
+    value
+}
+
+/// This machine's host name: the kernel's, else `HOSTNAME`, else `unknown`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+fn clean(s: &str) -> String {
+    let kept: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if kept.is_empty() {
+        "_".to_owned()
+    } else {
+        kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_read_back_into_their_holder() {
+        let suffix = suffix(Some("billing worker;#2"));
+        let value = value(&suffix);
+        assert!(!value.contains(' '), "{value}");
+        let holder = Holder::parse(&value).unwrap();
+        assert_eq!(holder.pid, std::process::id());
+        assert_eq!(holder.label.as_deref(), Some("billing_worker__2"));
+        assert_eq!(holder.token.len(), 32);
+        assert!(value.starts_with(&holder.token));
+        assert!(!holder.host.is_empty());
+        let no_label = Holder::parse(&self::value(&self::suffix(None))).unwrap();
+        assert_eq!(no_label.label, None);
+        // Other clients' values are not ours to read.
+        for foreign in [
+            "",
+            "x",
+            "8f3c0d5e-4b1a-4c2e-9f6d-2a7b8c9d0e1f",
+            "0123456789abcdef0123456789abcdef;pid=x",
+            "0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(Holder::parse(foreign), None, "{foreign}");
+        }
+        // A field a later version adds is skipped.
+        let later = "0123456789abcdef0123456789abcdef;host=h;pid=7;zone=eu";
+        assert_eq!(Holder::parse(later).unwrap().pid, 7);
+    }
+}

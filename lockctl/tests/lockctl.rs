@@ -1,0 +1,273 @@
+//! `lockctl` against private redis-servers (issue 13): the holder it shows is the process that
+//! holds the lock, `release --force` refuses when the holder changed in between, and `watch`
+//! shows a hand-off as it happens.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use lock_runtime::testing::RedisServer;
+use lock_runtime::{LockOptions, Locker};
+
+const CHILD: &str = "LOCKCTL_TEST_CHILD";
+
+fn lockctl(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(args)
+        .env("LOCK_REDIS_URL", url)
+        .env_remove("LOCK_REDIS_CLUSTER")
+        .env_remove("LOCK_REDIS_SENTINELS")
+        .output()
+        .expect("lockctl runs")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of `"field":` in a JSON line (enough for these flat checks).
+fn json_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
+    let at = json.find(&format!("\"{field}\":"))? + field.len() + 3;
+    let rest = &json[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim_matches('"'))
+}
+
+/// In a child process (this test binary run again): holds the lock until stdin closes.
+#[test]
+fn holder_child() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return; // Not a child: nothing to do.
+    };
+    let mut parts = spec.splitn(3, ' ');
+    let (url, name, label) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let locker = Locker::builder()
+            .url(url)
+            .label(label)
+            .connect()
+            .await
+            .unwrap();
+        let lease = locker
+            .acquire(name, &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        println!("HELD {}", lease.token());
+        std::io::stdout().flush().unwrap();
+        // Until the parent closes our stdin.
+        let _ =
+            tokio::task::spawn_blocking(|| std::io::stdin().read_line(&mut String::new())).await;
+        lease.release().await.unwrap();
+    });
+}
+
+/// Starts a child process that holds `name`; returns it once it holds, with the value it holds.
+fn spawn_holder(url: &str, name: &str, label: &str) -> (Child, String) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "holder_child",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD, format!("{url} {name} {label}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let value = loop {
+        let line = lines.next().expect("the child reports").unwrap();
+        // libtest prints the test's name on the same line first.
+        if let Some(at) = line.find("HELD ") {
+            break line[at + 5..].trim().to_owned();
+        }
+    };
+    // Keep reading what it prints after, so that it never writes to a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, value)
+}
+
+#[test]
+fn the_holder_shown_is_the_child_process_that_holds_it() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (mut child, value) = spawn_holder(&url, "nightly-report", "billing");
+    let pid = child.id().to_string();
+
+    let out = lockctl(&url, &["--json", "inspect", "nightly-report"]);
+    assert!(out.status.success(), "{out:?}");
+    let json = stdout(&out);
+    assert_eq!(json_field(&json, "pid"), Some(pid.as_str()), "{json}");
+    assert_eq!(json_field(&json, "label"), Some("billing"), "{json}");
+    assert_eq!(json_field(&json, "state"), Some("held"), "{json}");
+    assert_eq!(json_field(&json, "value"), Some(value.as_str()), "{json}");
+    let ttl: u64 = json_field(&json, "ttl_left_ms").unwrap().parse().unwrap();
+    assert!(ttl > 20_000 && ttl <= 30_000, "{json}");
+
+    let text = stdout(&lockctl(&url, &["inspect", "nightly-report"]));
+    assert!(text.contains(&format!("pid {pid} (billing)")), "{text}");
+    let listed = stdout(&lockctl(&url, &["list"]));
+    assert!(
+        listed.contains("nightly-report") && listed.contains(&format!("pid {pid}")),
+        "{listed}"
+    );
+    let free = stdout(&lockctl(&url, &["inspect", "other"]));
+    assert!(free.contains("free"), "{free}");
+
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    let after = stdout(&lockctl(&url, &["inspect", "nightly-report"]));
+    assert!(after.contains("free"), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_force_refuses_when_the_holder_changed() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let a = Locker::builder()
+        .url(&url)
+        .label("a")
+        .connect()
+        .await
+        .unwrap();
+    let b = Locker::builder()
+        .url(&url)
+        .label("b")
+        .connect()
+        .await
+        .unwrap();
+    let first = a.acquire("ledger", &opts).await.unwrap();
+    let shown = stdout(&lockctl(&url, &["--json", "inspect", "ledger"]));
+    let token_a = json_field(&shown, "token").unwrap().to_owned();
+
+    // Without --force: refused, untouched.
+    let out = lockctl(&url, &["release", "ledger"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--force"),
+        "{out:?}"
+    );
+    assert!(first.is_held());
+
+    // The holder changes between the operator's look and the release.
+    first.release().await.unwrap();
+    // Renewed every second: it learns of the forced release soon.
+    let second = b
+        .acquire("ledger", &LockOptions::new(Duration::from_secs(3)))
+        .await
+        .unwrap();
+    let out = lockctl(&url, &["release", "ledger", "--force", "--token", &token_a]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stdout(&out).contains("holder changed"), "{out:?}");
+    let key = b.key_of("ledger");
+    let mut raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let value: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(value.as_deref(), Some(second.token()), "B's key untouched");
+
+    // With B's token: deleted, and B finds out at its next renewal.
+    let token_b = second.token().split(';').next().unwrap().to_owned();
+    let out = lockctl(
+        &url,
+        &[
+            "--json", "release", "ledger", "--force", "--token", &token_b,
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        json_field(&stdout(&out), "outcome"),
+        Some("released"),
+        "{out:?}"
+    );
+    let value: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(value, None);
+    let reason = tokio::time::timeout(Duration::from_secs(5), second.lost())
+        .await
+        .unwrap();
+    assert_eq!(reason, lock_runtime::LostReason::NotOwner);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_shows_a_hand_off() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let first = Locker::builder()
+        .url(&url)
+        .label("first")
+        .connect()
+        .await
+        .unwrap();
+    let second = Locker::builder()
+        .url(&url)
+        .label("second")
+        .connect()
+        .await
+        .unwrap();
+    let held = first
+        .acquire("handoff", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let mut watch = Command::new(env!("CARGO_BIN_EXE_lockctl"))
+        .args(["watch", "handoff", "--for", "20s", "--every", "20ms"])
+        .env("LOCK_REDIS_URL", &url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let out = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let next = async |rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert!(next(&mut rx).await.contains("(first)"));
+    // A waiter queues behind the holder: watch shows it waiting.
+    let waiter = tokio::spawn(async move {
+        let opts = LockOptions::new(Duration::from_secs(30)).with_wait(Duration::from_secs(10));
+        second.acquire("handoff", &opts).await.unwrap()
+    });
+    let line = next(&mut rx).await;
+    assert!(
+        line.contains("(first)") && line.contains("waiting: [") && !line.contains("[]"),
+        "{line}"
+    );
+    held.release().await.unwrap();
+    let lease = waiter.await.unwrap();
+    // The hand-off shows, ending with the second holder.
+    let mut seen = Vec::new();
+    while !seen
+        .last()
+        .is_some_and(|l: &String| l.contains("(second)") && l.contains("waiting: []"))
+    {
+        seen.push(next(&mut rx).await);
+    }
+    lease.release().await.unwrap();
+    assert!(next(&mut rx).await.contains("free"), "{seen:?}");
+    watch.kill().unwrap();
+    let _ = watch.wait();
+}
