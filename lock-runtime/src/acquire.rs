@@ -107,7 +107,17 @@ impl Acquirer {
                 (Some(place), Some(_)) => Some(place.join()),
                 _ => None,
             };
-            let outcome = match self.attempt(&mut name, &keys, waiter, opts).await {
+            // Each attempt is bounded, connecting included: a server that accepts connections
+            // but never answers cannot stretch the call past `wait` plus one response timeout
+            // (on Redlock three: the grants, raising fences, cleaning up a failed attempt are
+            // each bounded by one).
+            let phases = if self.quorum.nodes().len() == 1 { 1 } else { 3 };
+            let bound = self.quorum.nodes()[0].response_timeout() * phases;
+            let attempt = tokio::time::timeout(bound, self.attempt(&mut name, &keys, waiter, opts));
+            let outcome = match attempt
+                .await
+                .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
+            {
                 Ok(outcome) => outcome,
                 // No majority this time, or the one server failed: within `wait`, try again
                 // after a short, growing, jittered pause; when the wait runs out, this error is
@@ -192,6 +202,27 @@ impl Acquirer {
             _ => {}
         }
         result
+    }
+
+    /// The error of an attempt that got no answer within `bound`.
+    fn no_reply(&self, name: &Option<String>, bound: Duration) -> LockError {
+        let name = name.as_deref().unwrap_or_default();
+        let why = format!("the server accepted the connection but did not answer within {bound:?}");
+        match self.quorum.nodes() {
+            [node] => node.redis_error(
+                name,
+                redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, why)),
+            ),
+            nodes => LockError::QuorumUnavailable {
+                name: name.to_owned(),
+                got: 0,
+                needed: self.quorum.needed(),
+                failures: nodes
+                    .iter()
+                    .map(|n| (n.addr().to_owned(), why.clone()))
+                    .collect(),
+            },
+        }
     }
 
     async fn attempt(

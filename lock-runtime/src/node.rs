@@ -267,6 +267,17 @@ impl Node {
     }
 
     pub(crate) fn redis_error(&self, name: &str, source: redis::RedisError) -> LockError {
+        if source.kind() == ErrorKind::Parse {
+            // Not a Redis server at all: one line that says so, not the parser's dump.
+            return LockError::config(
+                name,
+                format!(
+                    "the server at {} does not speak the Redis protocol (its reply is not RESP: \
+                     an HTTP server, or another service on that port?); check the URL",
+                    self.addr
+                ),
+            );
+        }
         let addr = match &self.link {
             // Say which primary it was.
             Link::Sentinel(s) => match s.primary_addr() {
@@ -1006,15 +1017,22 @@ fn min_ttl(items: &[(&str, &str, u64)]) -> u64 {
 
 /// A URL that cannot be parsed, said with what is expected.
 fn bad_url(url: &str, e: &redis::RedisError) -> LockError {
-    let hint = if url.starts_with("rediss://") && cfg!(not(feature = "tls")) {
-        "; this build has no TLS support: reach the server over redis:// (e.g. through a TLS tunnel)"
-    } else {
-        "; expected redis://[user:password@]host:port[/db]"
-    };
+    let hint = url_hint(url, cfg!(feature = "tls"));
     LockError::config(
         "",
         format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
     )
+}
+
+/// What to do about a URL that does not parse, in a build with or without TLS support.
+fn url_hint(url: &str, tls: bool) -> &'static str {
+    if url.starts_with("rediss://") && !tls {
+        "; this build has no TLS support: enable the `tls` feature of lock-runtime \
+         (`lock-runtime = { version = \"..\", features = [\"tls\"] }`), or reach the server over \
+         redis:// (e.g. through a TLS tunnel)"
+    } else {
+        "; expected redis://[user:password@]host:port[/db]"
+    }
 }
 
 fn value_text(value: &Value) -> String {
@@ -1023,5 +1041,16 @@ fn value_text(value: &Value) -> String {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         Value::ServerError(e) => format!("{e:?}"),
         other => format!("{other:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tls_url_without_tls_names_the_feature() {
+        let hint = super::url_hint("rediss://cache:6380", false);
+        assert!(hint.contains("enable the `tls` feature"), "{hint}");
+        assert!(!super::url_hint("rediss://cache:6380", true).contains("tls"));
+        assert!(super::url_hint("redis:/oops", false).contains("expected redis://"));
     }
 }

@@ -82,7 +82,12 @@ fn bench() -> Result<(), String> {
 
 fn example(name: &str) -> Result<(), String> {
     ensure_redis()?;
-    run("cargo", &["run", "--quiet", "--example", name])
+    // Not --quiet: on a fresh clone the first build takes a few minutes, and cargo's progress
+    // shows that something is happening.
+    eprintln!(
+        "xtask: building and running the example `{name}` (the first build takes a few minutes)"
+    );
+    run("cargo", &["run", "--example", name])
 }
 
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
