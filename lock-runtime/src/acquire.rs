@@ -22,6 +22,8 @@ pub(crate) struct Acquirer {
     stale_heads: StaleHeads,
     /// Who this process is, at the end of every value it writes (see `holder`).
     suffix: String,
+    /// How often a waiter also retries when releases may go unannounced (plain keys).
+    poll: Option<Duration>,
 }
 
 /// The outcome of one attempt.
@@ -65,12 +67,13 @@ impl Drop for InFlight<'_> {
 }
 
 impl Acquirer {
-    pub(crate) fn new(quorum: Arc<Quorum>, suffix: String) -> Self {
+    pub(crate) fn new(quorum: Arc<Quorum>, suffix: String, poll: Option<Duration>) -> Self {
         Self {
             watchdog: Watchdog::new(Arc::clone(&quorum)),
             quorum,
             stale_heads: StaleHeads::default(),
             suffix,
+            poll,
         }
     }
 
@@ -170,6 +173,10 @@ impl Acquirer {
             if let Some(place) = &place {
                 // Come back within the grace, or lose the place in the queue.
                 retry_at = retry_at.min(now + place.waiter.grace / 3);
+            }
+            if let Some(poll) = self.poll {
+                // The holder may be a client that does not publish its release.
+                retry_at = retry_at.min(now + poll + jitter(poll));
             }
             let subs = subscriptions.as_mut().expect("subscribed above");
             tokio::select! {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::acquire::Acquirer;
 use crate::connect::Settings;
+use crate::keys::KeyFormat;
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::{LockError, Locker};
@@ -34,6 +35,7 @@ pub struct LockerBuilder {
     fence_retention: Option<Duration>,
     replicas: usize,
     label: Option<String>,
+    key_format: KeyFormat,
 }
 
 /// Which servers a locker uses.
@@ -60,6 +62,7 @@ impl Default for LockerBuilder {
             fence_retention: Some(DEFAULT_FENCE_RETENTION),
             replicas: 0,
             label: None,
+            key_format: KeyFormat::HashTagged,
         }
     }
 }
@@ -160,6 +163,15 @@ impl LockerBuilder {
         self
     }
 
+    /// How names become keys (default [`KeyFormat::HashTagged`], `<prefix>{<name>}`).
+    /// [`KeyFormat::Plain`] writes exactly `<prefix><name>`, to share locks with clients that
+    /// write that key themselves; it is refused on a Redis Cluster.
+    #[must_use]
+    pub fn key_format(mut self, format: KeyFormat) -> Self {
+        self.key_format = format;
+        self
+    }
+
     /// Prefix of every key (default `lock:`); the key of lock `n` is `<prefix>{n}`.
     #[must_use]
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
@@ -205,6 +217,8 @@ impl LockerBuilder {
 
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
+        let cluster = matches!(self.deployment, Deployment::Cluster(_));
+        check_format(cluster, self.key_format)?;
         let tls = self.tls_root_cert.as_deref();
         let (settings, replicas) = (self.settings, self.replicas);
         let nodes = match &self.deployment {
@@ -241,8 +255,10 @@ impl LockerBuilder {
             .fence_retention
             .map_or(0, |d| (d.as_millis() as u64).max(1));
         let suffix = crate::holder::suffix(self.label.as_deref());
-        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)), suffix);
-        Ok(Locker::new(acquirer, self.prefix))
+        // Plain keys may be held by clients that never publish their release: poll too.
+        let poll = (self.key_format == KeyFormat::Plain).then_some(PLAIN_KEY_POLL);
+        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)), suffix, poll);
+        Ok(Locker::new(acquirer, self.prefix, self.key_format))
     }
 
     /// Builds the locker and checks it: a majority of its nodes answer, each is the kind of
@@ -253,6 +269,25 @@ impl LockerBuilder {
         locker.check_connection().await?;
         Ok(locker)
     }
+}
+
+/// How often a waiter on a [`KeyFormat::Plain`] key retries besides release messages: the other
+/// clients of such keys (the Python `acquire_lock` of `SET .. NX EX`) release without publishing.
+/// Short against a human's wait, long against a round trip: 20 ms (plus jitter) costs one
+/// request per waiter per 20 ms while a foreign holder holds.
+const PLAIN_KEY_POLL: Duration = Duration::from_millis(20);
+
+/// A Redis Cluster needs hash-tagged keys.
+fn check_format(cluster: bool, format: KeyFormat) -> Result<(), LockError> {
+    if cluster && format == KeyFormat::Plain {
+        return Err(LockError::config(
+            "",
+            "KeyFormat::Plain is refused on a Redis Cluster: a plain key has no {hash tag}, so a \
+             lock's key, fence counter and queue would fall in different slots and its scripts \
+             could not run; use the default KeyFormat::HashTagged (keys `<prefix>{<name>}`)",
+        ));
+    }
+    Ok(())
 }
 
 /// The variables [`LockerBuilder::from_env`] reads, in the order it looks at them.
@@ -428,6 +463,22 @@ mod tests {
             matches!(&b.deployment, Deployment::Sentinel { master, .. } if master == "mymaster")
         );
         assert_eq!(b.replicas, 1);
+    }
+
+    #[test]
+    fn plain_keys_are_refused_on_a_cluster() {
+        let err = LockerBuilder::default()
+            .cluster(["redis://127.0.0.1:7000"])
+            .key_format(KeyFormat::Plain)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("KeyFormat::Plain is refused on a Redis Cluster"),
+            "{err}"
+        );
+        assert!(check_format(false, KeyFormat::Plain).is_ok());
+        assert!(check_format(true, KeyFormat::HashTagged).is_ok());
     }
 
     #[test]

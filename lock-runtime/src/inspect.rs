@@ -182,7 +182,7 @@ impl Locker {
     /// [`LIST_LIMIT`], sorted by name. Keys are found with `SCAN` on every primary (no `KEYS`),
     /// then each is inspected.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
-        let glob = self.key_of(pattern);
+        let glob = self.key_format().glob(self.prefix(), pattern);
         let quorum = Arc::clone(&self.acquirer().quorum);
         let mut names = std::collections::BTreeSet::new();
         for node in quorum.nodes() {
@@ -233,10 +233,6 @@ impl Locker {
 
     /// The lock name of a key of this locker, `None` for its other keys (fence, queue).
     fn name_of(&self, key: &str) -> Option<String> {
-        let inner = key
-            .strip_prefix(self.prefix())?
-            .strip_prefix('{')?
-            .strip_suffix('}')?;
-        (!inner.contains('}')).then(|| inner.to_owned())
+        self.key_format().name_of(self.prefix(), key)
     }
 }

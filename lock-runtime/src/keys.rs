@@ -83,13 +83,66 @@ impl Keys {
     }
 }
 
-/// Checks that `name` can be a lock name: not empty (a key of its own for nothing), and without
-/// `{` or `}`, which would end the key's hash tag early so that the lock's keys no longer share
-/// a Redis Cluster slot.
-pub(crate) fn check_name(name: &str) -> Result<(), LockError> {
+/// How a lock's name becomes its Redis key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyFormat {
+    /// `<prefix>{<name>}` (the default): the braces are a hash tag, so the lock, its fence
+    /// counter and its queue share one Redis Cluster slot.
+    #[default]
+    HashTagged,
+    /// Exactly `<prefix><name>`, as other clients write it (for example the Python
+    /// `acquire_lock` of `SET lock:<name> <uuid> NX EX`), to share lock names with them. Not on
+    /// a Redis Cluster (no hash tag keeps a lock's keys in one slot). Such clients do not
+    /// publish their releases, so a waiter also retries every 20 ms while it waits.
+    Plain,
+}
+
+impl KeyFormat {
+    /// The key of lock `name` under `prefix`.
+    pub(crate) fn key(self, prefix: &str, name: &str) -> String {
+        let mut key = String::with_capacity(prefix.len() + name.len() + 2);
+        key.push_str(prefix);
+        match self {
+            Self::HashTagged => {
+                key.push('{');
+                key.push_str(name);
+                key.push('}');
+            }
+            Self::Plain => key.push_str(name),
+        }
+        key
+    }
+
+    /// The lock name of `key` (a key of this format under `prefix`), `None` for the lock's
+    /// other keys (fence counter, queue).
+    pub(crate) fn name_of(self, prefix: &str, key: &str) -> Option<String> {
+        let rest = key.strip_prefix(prefix)?;
+        match self {
+            Self::HashTagged => {
+                let inner = rest.strip_prefix('{')?.strip_suffix('}')?;
+                (!inner.contains('}')).then(|| inner.to_owned())
+            }
+            Self::Plain => {
+                let derived = [":fence", ":waiters", ":waiters:state"];
+                (!derived.iter().any(|d| rest.ends_with(d))).then(|| rest.to_owned())
+            }
+        }
+    }
+
+    /// The glob that matches the keys of the names that match `pattern`.
+    pub(crate) fn glob(self, prefix: &str, pattern: &str) -> String {
+        self.key(prefix, pattern)
+    }
+}
+
+/// Checks that `name` can be a lock name: not empty (a key of its own for nothing), and, with
+/// hash-tagged keys, without `{` or `}`, which would end the key's hash tag early so that the
+/// lock's keys no longer share a Redis Cluster slot.
+pub(crate) fn check_name(name: &str, format: KeyFormat) -> Result<(), LockError> {
     let why = if name.is_empty() {
         "the lock name is empty; give it a name such as \"job\" or \"invoice:42\""
-    } else if name.contains(['{', '}']) {
+    } else if format == KeyFormat::HashTagged && name.contains(['{', '}']) {
         "the lock name contains `{` or `}`, which would break the key's {hash tag} (the lock, \
          its fence counter and its queue must share one Redis Cluster slot); use another \
          character, such as `:` or `-`"
@@ -106,11 +159,31 @@ mod tests {
     #[test]
     fn names_that_break_the_hash_tag_are_refused() {
         for good in ["job", "invoice:42", "a b", "ünï"] {
-            assert!(check_name(good).is_ok(), "{good}");
+            assert!(check_name(good, KeyFormat::HashTagged).is_ok(), "{good}");
         }
         for bad in ["", "{", "a{b", "a}b", "{a}"] {
-            let err = check_name(bad).unwrap_err().to_string();
+            let err = check_name(bad, KeyFormat::HashTagged)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("lock name"), "{bad}: {err}");
+        }
+        // Plain keys have no hash tag to break; an empty name is still refused.
+        assert!(check_name("{a}", KeyFormat::Plain).is_ok());
+        assert!(check_name("", KeyFormat::Plain).is_err());
+    }
+
+    #[test]
+    fn key_formats_round_trip_their_names() {
+        for (format, key) in [
+            (KeyFormat::HashTagged, "lock:{invoice:1}"),
+            (KeyFormat::Plain, "lock:invoice:1"),
+        ] {
+            assert_eq!(format.key("lock:", "invoice:1"), key);
+            assert_eq!(format.name_of("lock:", key).as_deref(), Some("invoice:1"));
+            for derived in [":fence", ":waiters", ":waiters:state"] {
+                assert_eq!(format.name_of("lock:", &format!("{key}{derived}")), None);
+            }
+            assert_eq!(format.name_of("other:", key), None);
         }
     }
 

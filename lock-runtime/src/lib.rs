@@ -72,6 +72,7 @@ pub use default_locker::{default_locker, set_default_locker};
 pub use error::{LockError, LostReason};
 pub use holder::Holder;
 pub use inspect::{LIST_LIMIT, LockInfo, LockState, Waiting};
+pub use keys::KeyFormat;
 pub use lease::Lease;
 #[doc = include_str!("attribute.md")]
 #[doc(inline)]

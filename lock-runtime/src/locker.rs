@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use crate::acquire::Acquirer;
-use crate::keys::check_name;
+use crate::keys::{KeyFormat, check_name};
 use crate::{Lease, LockError, LockOptions};
 
 /// Takes, renews and releases locks on one Redis node, or on N independent nodes (Redlock).
@@ -16,6 +16,7 @@ pub struct Locker {
 struct Inner {
     acquirer: Acquirer,
     prefix: String,
+    format: KeyFormat,
 }
 
 impl std::fmt::Debug for Locker {
@@ -30,10 +31,19 @@ impl std::fmt::Debug for Locker {
 }
 
 impl Locker {
-    pub(crate) fn new(acquirer: Acquirer, prefix: String) -> Self {
+    pub(crate) fn new(acquirer: Acquirer, prefix: String, format: KeyFormat) -> Self {
         Self {
-            inner: Arc::new(Inner { acquirer, prefix }),
+            inner: Arc::new(Inner {
+                acquirer,
+                prefix,
+                format,
+            }),
         }
+    }
+
+    /// How names become keys.
+    pub fn key_format(&self) -> KeyFormat {
+        self.inner.format
     }
 
     pub(crate) fn acquirer(&self) -> &Acquirer {
@@ -57,13 +67,7 @@ impl Locker {
 
     /// The Redis key of the lock `name`.
     pub fn key_of(&self, name: &str) -> String {
-        let prefix = &self.inner.prefix;
-        let mut key = String::with_capacity(prefix.len() + name.len() + 2);
-        key.push_str(prefix);
-        key.push('{');
-        key.push_str(name);
-        key.push('}');
-        key
+        self.inner.format.key(&self.inner.prefix, name)
     }
 
     /// PINGs every node (all at once); fails unless a majority answers.
@@ -84,7 +88,7 @@ impl Locker {
     /// that one does nothing, the outer call releases.
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
         opts.validate_for(name)?;
-        check_name(name)?;
+        check_name(name, self.inner.format)?;
         let key = self.key_of(name);
         if let Some(held) = crate::held::find(self.id(), &key) {
             return Ok(self.nested(held));
@@ -153,7 +157,7 @@ impl Locker {
         F: AsyncFnOnce(&Lease) -> T,
     {
         opts.validate_for(&name)?;
-        check_name(&name)?;
+        check_name(&name, self.inner.format)?;
         let key = self.key_of(&name);
         // One span per locked call; its fields are filled in as the call goes.
         let span = tracing::info_span!(

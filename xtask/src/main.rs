@@ -33,6 +33,7 @@ fn main() -> ExitCode {
 fn test() -> Result<(), String> {
     ensure_redis()?;
     ensure_c_compiler()?;
+    ensure_python_redis()?;
     run("cargo", &["fmt", "--all", "--check"])?;
     // The benchmark package (and its baselines' dependencies) is built by `cargo xtask bench` only.
     let clippy = [
@@ -126,6 +127,40 @@ fn ensure_redis() -> Result<(), String> {
         Ok(())
     } else {
         Err("redis-server still not found after installing it".to_owned())
+    }
+}
+
+/// tests/python_interop.rs runs the Python article's lock with redis-py: `python3` must import
+/// `redis`; pip installs it when it is missing.
+fn ensure_python_redis() -> Result<(), String> {
+    let imports = || {
+        Command::new("python3")
+            .args(["-c", "import redis"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if imports() {
+        return Ok(());
+    }
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("xtask: `python3` not found; installing the Debian packages python3 and python3-pip");
+        apt_install("python3")?;
+        apt_install("python3-pip")?;
+    }
+    eprintln!("xtask: redis-py not found; installing it with pip");
+    let pip = |extra: &[&str]| {
+        let mut args = vec!["-m", "pip", "install", "--quiet", "redis"];
+        args.extend_from_slice(extra);
+        run("python3", &args)
+    };
+    // Debian's own python3 refuses system-wide pip installs unless told otherwise.
+    if pip(&[]).is_err() {
+        pip(&["--break-system-packages"])?;
+    }
+    if imports() {
+        Ok(())
+    } else {
+        Err("python3 still cannot import redis after `pip install redis`: install redis-py for the python3 on PATH".to_owned())
     }
 }
 
