@@ -143,7 +143,9 @@ fn ensure_python_redis() -> Result<(), String> {
         return Ok(());
     }
     if Command::new("python3").arg("--version").output().is_err() {
-        eprintln!("xtask: `python3` not found; installing the Debian packages python3 and python3-pip");
+        eprintln!(
+            "xtask: `python3` not found; installing the Debian packages python3 and python3-pip"
+        );
         apt_install("python3")?;
         apt_install("python3-pip")?;
     }

@@ -1,0 +1,260 @@
+//! One acquire attempt on one server: the acquire script, and the plain-command path of an
+//! uncontended call.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisResult, Value};
+use tokio::time::Instant;
+
+use super::{Node, Release, Waiter};
+use crate::keys::Keys;
+use crate::scripts::{self, evalsha};
+
+/// What one acquire attempt sends besides the keys.
+pub(crate) struct AcquireRequest<'a> {
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    /// This caller's place in the queue, if it waits (one node only).
+    pub waiter: Option<&'a Waiter>,
+    /// A queue head seen unchanged for longer than its grace: `(id, state)`.
+    pub evict: Option<(&'a str, &'a str)>,
+    /// Fence floor granularity in µs: 1 on one server, 1 s on a Redlock node.
+    pub fence_quantum: u64,
+    /// How long an unused fence counter is kept; 0 forever.
+    pub fence_retention_ms: u64,
+    /// Bound on the reply.
+    pub limit: Duration,
+}
+
+/// The reply of the uncontended path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FastReply {
+    Taken {
+        fence: u64,
+    },
+    /// Held by someone else.
+    Busy,
+    /// For the script to tell; `taken` when the plain `SET NX` did set the key.
+    Unclear {
+        taken: bool,
+    },
+    /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
+    NotReplicated {
+        acked: usize,
+    },
+}
+
+/// The reply to an acquire attempt on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Taken {
+        fence: u64,
+    },
+    /// Held by someone else; the remaining PTTL when the key has one.
+    Busy {
+        pttl: Option<Duration>,
+    },
+    /// Free, but another waiter is first in line: its id and its state (nonce and grace).
+    NotOurTurn {
+        head: String,
+        state: String,
+    },
+    /// The lock key, or its fence counter, holds data that is not ours; nothing was changed.
+    Foreign {
+        detail: String,
+    },
+    /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
+    NotReplicated {
+        acked: usize,
+    },
+}
+
+impl Node {
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Keys,
+        req: &AcquireRequest<'_>,
+    ) -> RedisResult<AcquireReply> {
+        let key = &keys.key;
+        let mut cmd = evalsha(&scripts::ACQUIRE, 4, 12, 4 * key.len() + 160);
+        cmd.arg(key)
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.queue_states());
+        // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
+        cmd.arg(req.token)
+            .arg(req.ttl_ms)
+            .arg(req.fence_quantum)
+            .arg(req.fence_retention_ms);
+        if let Some(waiter) = req.waiter {
+            let (evict, seen) = req.evict.unwrap_or(("", ""));
+            cmd.arg(&waiter.id)
+                .arg(waiter.grace.as_millis() as u64)
+                .arg(evict)
+                .arg(seen);
+        }
+        let sent = Instant::now();
+        let wait = self.wait_cmd(req.ttl_ms);
+        let (reply, acked): (Vec<Value>, _) = self
+            .eval(&scripts::ACQUIRE, &cmd, wait.as_ref(), req.limit)
+            .await?;
+        self.rtt.record(sent.elapsed());
+        let int = |v: &Value| match v {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        };
+        let text = |v: Option<&Value>| v.map(value_text).unwrap_or_default();
+        Ok(match reply.first().and_then(int) {
+            Some(1) => match acked {
+                Some(acked) if acked < self.replicas => {
+                    self.undo_unreplicated(key, req.token).await;
+                    AcquireReply::NotReplicated { acked }
+                }
+                _ => AcquireReply::Taken {
+                    fence: reply.get(1).and_then(int).unwrap_or(0) as u64,
+                },
+            },
+            Some(0) => {
+                let pttl = reply.get(1).and_then(int).unwrap_or(-1);
+                AcquireReply::Busy {
+                    pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                }
+            }
+            Some(2) => AcquireReply::NotOurTurn {
+                head: text(reply.get(1)),
+                state: text(reply.get(2)),
+            },
+            Some(-1) => AcquireReply::Foreign {
+                detail: format!(
+                    "key `{key}` holds a {} value, not a lock; it was left untouched",
+                    text(reply.get(1))
+                ),
+            },
+            _ => AcquireReply::Foreign {
+                detail: format!(
+                    "fence counter `{}` is not an integer counter ({}); it was left untouched",
+                    keys.fence(),
+                    text(reply.get(1))
+                ),
+            },
+        })
+    }
+
+    /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
+    /// a failover could lose it and let a second holder in.
+    async fn undo_unreplicated(&self, key: &str, token: &str) {
+        let how = Release {
+            keep_ms: 0,
+            always_publish: false,
+            record_fence: 0,
+            fence_retention_ms: 0,
+        };
+        if let Err(e) = self.release(key, token, &how).await {
+            tracing::debug!(node = %self.addr, key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
+        }
+    }
+
+    /// The uncontended path on one server, in plain commands and one round trip: `SET NX PX GET`
+    /// (which also says whether the key was free), the server's clock and the fence counter, and
+    /// whether waiters queue (a lock taken from under queued waiters is handed over to them at
+    /// once). The fence is `max(counter + 1, clock in µs)`, as the acquire script computes it; the
+    /// counter is written at release (see [`scripts::RELEASE`]), while the key is still ours.
+    /// Anything unusual (a key or counter of another type, a counter that is not a number) goes
+    /// to the script (`Unclear`), which tells what it is.
+    pub(crate) async fn acquire_fast(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<FastReply> {
+        let key = &keys.key;
+        // Each command sized up front: no buffer grows on the way.
+        let command = |args: usize, bytes: usize| redis::Cmd::with_capacity(args, bytes);
+        let mut set = command(7, key.len() + token.len() + 40);
+        set.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET");
+        let mut time = command(1, 4);
+        time.arg("TIME");
+        let mut counter = command(2, key.len() + 12);
+        counter.arg("GET").arg(keys.fence());
+        let mut queued = command(2, key.len() + 16);
+        queued.arg("EXISTS").arg(keys.queue());
+        let wait = self.wait_cmd(ttl_ms);
+        let mut pipe = redis::Pipeline::with_capacity(5);
+        pipe.add_command(set)
+            .add_command(time)
+            .add_command(counter)
+            .add_command(queued);
+        let sent = Instant::now();
+        let replies = match wait {
+            None => {
+                let mut conn = self.conn().await?;
+                self.bounded(
+                    limit,
+                    pipe.query_async::<(Option<Value>, (u64, u64), Value, bool)>(&mut conn),
+                )
+                .await
+                .map(|(a, b, c, d)| (a, b, c, d, None))
+            }
+            Some(wait) => {
+                pipe.add_command(wait);
+                let mut conn = self.conn().await?;
+                self.bounded(
+                    limit,
+                    pipe.query_async::<(Option<Value>, (u64, u64), Value, bool, usize)>(&mut conn),
+                )
+                .await
+                .map(|(a, b, c, d, acked)| (a, b, c, d, Some(acked)))
+            }
+        };
+        let (previous, (secs, micros), counter, queued, acked) = match replies {
+            Ok(replies) => replies,
+            // The server answered, with an error (a key of another type): the script tells.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                return Ok(FastReply::Unclear { taken: true });
+            }
+            Err(e) => return Err(e),
+        };
+        self.rtt.record(sent.elapsed());
+        let counter = match counter {
+            Value::Nil => Some(0),
+            Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|s| s.parse().ok()),
+            _ => None,
+        };
+        if previous.is_none()
+            && let Some(acked) = acked
+            && acked < self.replicas
+        {
+            self.undo_unreplicated(key, token).await;
+            return Ok(FastReply::NotReplicated { acked });
+        }
+        Ok(match (previous, counter) {
+            // Free, but waiters queue (the lock expired under them): theirs, not ours.
+            (None, _) if queued => FastReply::Unclear { taken: true },
+            (None, Some(last)) => FastReply::Taken {
+                fence: (last + 1).max(secs * 1_000_000 + micros),
+            },
+            // Ours, but the counter is not a counter: the script reports it (after a release).
+            (None, None) => FastReply::Unclear { taken: true },
+            // Held: when it frees, the waiting path asks the script (which knows the PTTL).
+            (Some(_), _) => FastReply::Busy,
+        })
+    }
+}
+
+fn value_text(value: &Value) -> String {
+    match value {
+        Value::SimpleString(s) => s.clone(),
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::ServerError(e) => format!("{e:?}"),
+        other => format!("{other:?}"),
+    }
+}

@@ -1,0 +1,418 @@
+//! One logical Redis server (a standalone server, a Redlock node, a Redis Cluster, or the primary
+//! behind Sentinel): the scripts and commands of a lock, sent over its [`Link`]; its release
+//! notifications live in `pubsub`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult, Script, ServerErrorKind,
+};
+
+use crate::LockError;
+use crate::cluster::ClusterLink;
+use crate::connect::{RoundTrip, Settings, bounded, manager_config, open_client, redact};
+use crate::keys::Keys;
+use crate::link::{Conn, Link};
+use crate::pubsub::{Notifications, Source, Subscription};
+use crate::scripts::{self, evalsha};
+use crate::sentinel::SentinelLink;
+
+mod acquire;
+mod reads;
+mod renew;
+mod setup;
+
+pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
+pub(crate) use renew::{RENEW_CHUNK, RenewReply};
+
+/// A waiter's identity in the queue and the grace it asks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    pub id: String,
+    pub grace: Duration,
+}
+
+/// How a release goes.
+pub(crate) struct Release {
+    /// Keep the key this long (`min_hold`); 0 deletes it (or hands it to the first waiter).
+    pub keep_ms: u64,
+    /// Publish the release even with nobody queued (Redlock: nobody queues).
+    pub always_publish: bool,
+    /// The fence to record in the counter; 0 when it is recorded already.
+    pub record_fence: u64,
+    pub fence_retention_ms: u64,
+}
+
+/// One logical server. `link` carries commands; `notifications` carries release messages on a
+/// RESP3 connection of its own.
+pub(crate) struct Node {
+    /// For messages: `host:port`, or a description of the cluster or the Sentinel set.
+    addr: String,
+    link: Link,
+    settings: Settings,
+    rtt: Arc<RoundTrip>,
+    notifications: Arc<Notifications>,
+    /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
+    replicas: usize,
+}
+
+impl Node {
+    /// One server at a fixed address. Parses the URL and prepares lazy connections; nothing is
+    /// sent yet.
+    pub(crate) fn direct(
+        url: &str,
+        settings: Settings,
+        tls_root_cert: Option<&[u8]>,
+        replicas: usize,
+    ) -> Result<Self, LockError> {
+        let bad = |e: redis::RedisError| bad_url(url, &e);
+        let info = url.into_connection_info().map_err(bad)?;
+        let addr = info.addr().to_string();
+        let client = open_client(info.clone(), tls_root_cert).map_err(bad)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(settings))
+            .map_err(bad)?;
+        let source = Source::direct(&info, tls_root_cert).map_err(bad)?;
+        Ok(Self::with_link(
+            addr,
+            Link::Direct(conn),
+            source,
+            settings,
+            replicas,
+        ))
+    }
+
+    /// A Redis Cluster, from the URLs of some of its nodes.
+    pub(crate) fn cluster(
+        urls: &[String],
+        settings: Settings,
+        tls_root_cert: Option<&[u8]>,
+        replicas: usize,
+    ) -> Result<Self, LockError> {
+        for url in urls {
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| bad_url(url, &e))?;
+        }
+        let link = ClusterLink::new(urls, settings, tls_root_cert).map_err(|e| {
+            LockError::config("", format!("cannot make a Redis Cluster client: {e}"))
+        })?;
+        let addr = format!(
+            "Redis Cluster {}",
+            urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+        );
+        let source = Source::Cluster {
+            urls: urls.to_vec(),
+            tls_root_cert: tls_root_cert.map(<[u8]>::to_vec),
+        };
+        Ok(Self::with_link(
+            addr,
+            Link::Cluster(Box::new(link)),
+            source,
+            settings,
+            replicas,
+        ))
+    }
+
+    /// The primary that the Sentinels at `urls` name for `master`.
+    pub(crate) fn sentinel(
+        urls: &[String],
+        master: &str,
+        settings: Settings,
+        replicas: usize,
+    ) -> Result<Self, LockError> {
+        for url in urls {
+            url.as_str()
+                .into_connection_info()
+                .map_err(|e| bad_url(url, &e))?;
+        }
+        let link = Arc::new(
+            SentinelLink::new(urls, master, settings)
+                .map_err(|e| LockError::config("", format!("cannot ask the Sentinels: {e}")))?,
+        );
+        let addr = link.describe();
+        let node = Self::with_link(
+            addr,
+            Link::Sentinel(Arc::clone(&link)),
+            Source::Pending,
+            settings,
+            replicas,
+        );
+        // Release notifications follow the primary too.
+        let notifications = Arc::downgrade(&node.notifications);
+        link.on_switch(Box::new(move |info| {
+            if let Some(n) = notifications.upgrade() {
+                match Source::direct(info, None) {
+                    Ok(source) => n.repoint(source),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for releases on the new primary")
+                    }
+                }
+            }
+        }));
+        Ok(node)
+    }
+
+    fn with_link(
+        addr: String,
+        link: Link,
+        source: Source,
+        settings: Settings,
+        replicas: usize,
+    ) -> Self {
+        let rtt = Arc::new(RoundTrip::default());
+        let notifications = Arc::new(Notifications::new(
+            addr.clone(),
+            source,
+            settings,
+            Arc::clone(&rtt),
+        ));
+        Self {
+            addr,
+            link,
+            settings,
+            rtt,
+            notifications,
+            replicas,
+        }
+    }
+
+    /// `host:port` (or the deployment's description), without credentials.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// How many replicas must acknowledge each acquire and renewal.
+    pub(crate) fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.link.cluster().is_some()
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
+    /// A recent round trip to this node (the largest of the last few, roughly).
+    pub(crate) fn rtt(&self) -> Duration {
+        self.rtt.get()
+    }
+
+    pub(crate) fn redis_error(&self, name: &str, source: redis::RedisError) -> LockError {
+        if source.kind() == ErrorKind::Parse {
+            // Not a Redis server at all: one line that says so, not the parser's dump.
+            return LockError::config(
+                name,
+                format!(
+                    "the server at {} does not speak the Redis protocol (its reply is not RESP: \
+                     an HTTP server, or another service on that port?); check the URL",
+                    self.addr
+                ),
+            );
+        }
+        let addr = match &self.link {
+            // Say which primary it was.
+            Link::Sentinel(s) => match s.primary_addr() {
+                Some(primary) => format!("{} (primary {primary})", self.addr),
+                None => self.addr.clone(),
+            },
+            _ => self.addr.clone(),
+        };
+        LockError::Redis {
+            name: name.to_owned(),
+            addr,
+            source,
+        }
+    }
+
+    /// A connection for one request.
+    async fn conn(&self) -> RedisResult<Conn> {
+        let conn = self.link.conn().await;
+        self.link.observe(&conn);
+        conn
+    }
+
+    /// Runs `request` bounded by `limit` (no second timer where the connection already bounds
+    /// each reply by the same limit), and lets the link learn from its outcome.
+    async fn bounded<T>(
+        &self,
+        limit: Duration,
+        request: impl Future<Output = RedisResult<T>>,
+    ) -> RedisResult<T> {
+        let out = if self.link.bounds_replies() && limit >= self.settings.response_timeout {
+            request.await
+        } else {
+            bounded(limit, request).await
+        };
+        self.link.observe(&out);
+        out
+    }
+
+    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
+    /// The timeout stays well inside the lease's validity (`ttl - drift`): a tenth of it, but at
+    /// least the drift, and at most a quarter of the response timeout.
+    fn wait_cmd(&self, ttl_ms: u64) -> Option<Cmd> {
+        if self.replicas == 0 {
+            return None;
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = crate::drift(ttl);
+        let margin = (ttl.saturating_sub(drift) / 10)
+            .max(drift)
+            .min(self.settings.response_timeout / 4);
+        let mut cmd = Cmd::with_capacity(3, 24);
+        cmd.arg("WAIT")
+            .arg(self.replicas)
+            .arg((margin.as_millis() as u64).max(1));
+        Some(cmd)
+    }
+
+    /// Sends `cmd`, an EVALSHA of `script`, followed by `wait` (a `WAIT`) in the same pipeline
+    /// when given; on NOSCRIPT (a new or restarted server) loads the script once and sends it
+    /// again. Returns the reply and, with `wait`, how many replicas acknowledged it.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+        wait: Option<&Cmd>,
+        limit: Duration,
+    ) -> RedisResult<(T, Option<usize>)> {
+        let mut conn = self.conn().await?;
+        let call = async {
+            let mut loaded = false;
+            loop {
+                let out = match wait {
+                    None => cmd.query_async::<T>(&mut conn).await.map(|v| (v, None)),
+                    Some(wait) => {
+                        let mut pipe = redis::Pipeline::with_capacity(2);
+                        pipe.add_command(cmd.clone()).add_command(wait.clone());
+                        pipe.query_async::<(T, usize)>(&mut conn)
+                            .await
+                            .map(|(v, acked)| (v, Some(acked)))
+                    }
+                };
+                match out {
+                    Err(e)
+                        if !loaded && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        script.prepare_invoke().load_async(&mut conn).await?;
+                        loaded = true;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        self.bounded(limit, call).await
+    }
+
+    /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
+    /// that was handed to it.
+    pub(crate) async fn leave_queue(&self, keys: &Keys, waiter: &str) -> RedisResult<()> {
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM").arg(keys.queue()).arg(waiter).ignore();
+        pipe.cmd("HDEL")
+            .arg(keys.queue_states())
+            .arg(waiter)
+            .ignore();
+        self.bounded(
+            self.settings.response_timeout,
+            pipe.query_async::<()>(&mut conn),
+        )
+        .await?;
+        // A lock handed to this waiter meanwhile goes on to the next one (or is freed).
+        let handed = format!("~{waiter}");
+        let how = Release {
+            keep_ms: 0,
+            always_publish: false,
+            record_fence: 0,
+            fence_retention_ms: 0,
+        };
+        self.release(&keys.key, &handed, &how).await.map(|_| ())
+    }
+
+    /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
+    /// the key was ours. See [`scripts::RELEASE`].
+    pub(crate) async fn release(&self, key: &str, token: &str, how: &Release) -> RedisResult<bool> {
+        let mut cmd = evalsha(&scripts::RELEASE, 3, 9, 3 * key.len() + token.len() + 110);
+        cmd.arg(key)
+            .arg(crate::keys::queue_of(key))
+            .arg(crate::keys::fence_of(key))
+            .arg(token)
+            .arg(how.keep_ms)
+            .arg(if how.always_publish { "1" } else { "0" })
+            .arg(how.record_fence)
+            .arg(how.fence_retention_ms)
+            .arg(if self.is_cluster() {
+                "SPUBLISH"
+            } else {
+                "PUBLISH"
+            });
+        let (done, _): (i64, _) = self
+            .eval(
+                &scripts::RELEASE,
+                &cmd,
+                None,
+                self.settings.response_timeout,
+            )
+            .await?;
+        if done == 1 && how.keep_ms == 0 {
+            // Waiters in this process learn it now, not one message later.
+            self.notifications.released_here(key);
+        }
+        Ok(done == 1)
+    }
+
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &Keys,
+        fence: u64,
+        retention_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<()> {
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 3, keys.key.len() + 60);
+        cmd.arg(keys.fence()).arg(fence).arg(retention_ms);
+        let _: (i64, _) = self.eval(&scripts::RAISE_FENCE, &cmd, None, limit).await?;
+        Ok(())
+    }
+
+    /// Subscribes to a release channel of this server (see [`Notifications::subscribe`]).
+    pub(crate) async fn subscribe(&self, channel: &str) -> (Subscription, RedisResult<()>) {
+        self.notifications.subscribe(channel).await
+    }
+}
+
+/// A URL that cannot be parsed, said with what is expected.
+fn bad_url(url: &str, e: &redis::RedisError) -> LockError {
+    let hint = url_hint(url, cfg!(feature = "tls"));
+    LockError::config(
+        "",
+        format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
+    )
+}
+
+/// What to do about a URL that does not parse, in a build with or without TLS support.
+fn url_hint(url: &str, tls: bool) -> &'static str {
+    if url.starts_with("rediss://") && !tls {
+        "; this build has no TLS support: enable the `tls` feature of lock-runtime \
+         (`lock-runtime = { version = \"..\", features = [\"tls\"] }`), or reach the server over \
+         redis:// (e.g. through a TLS tunnel)"
+    } else {
+        "; expected redis://[user:password@]host:port[/db]"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tls_url_without_tls_names_the_feature() {
+        let hint = super::url_hint("rediss://cache:6380", false);
+        assert!(hint.contains("enable the `tls` feature"), "{hint}");
+        assert!(!super::url_hint("rediss://cache:6380", true).contains("tls"));
+        assert!(super::url_hint("redis:/oops", false).contains("expected redis://"));
+    }
+}

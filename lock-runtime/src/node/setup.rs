@@ -1,0 +1,127 @@
+//! Checking a server's set-up at connect: it answers, it is the deployment configured, it has
+//! the replicas asked for; and set-up mistakes said in the user's terms.
+
+use redis::{ErrorKind, FromRedisValue, RedisResult, Value};
+use tokio::time::Instant;
+
+use super::Node;
+use crate::LockError;
+use crate::connect::bounded;
+use crate::link::Link;
+
+impl Node {
+    /// Checks that this server answers, and is the kind of deployment it was configured as,
+    /// with the replicas that `replicas(n)` asks for.
+    pub(crate) async fn check(&self) -> Result<(), LockError> {
+        let limit = self.settings.connect_timeout + self.settings.response_timeout;
+        let conn = match self.link.conn().await {
+            Ok(conn) => conn,
+            Err(e) => return Err(self.setup_error(e)),
+        };
+        let mut ping = conn.clone();
+        bounded(limit, redis::cmd("PING").query_async::<()>(&mut ping))
+            .await
+            .map_err(|e| self.setup_error(e))?;
+        // Once connected, one more PING measures the round trip alone.
+        let sent = Instant::now();
+        bounded(limit, redis::cmd("PING").query_async::<()>(&mut ping))
+            .await
+            .map_err(|e| self.setup_error(e))?;
+        self.rtt.record(sent.elapsed());
+        if self.replicas > 0 {
+            for (primary, info) in self
+                .each_primary("INFO", &["replication"])
+                .await
+                .map_err(|e| self.setup_error(e))?
+            {
+                let text = String::from_redis_value(info).unwrap_or_default();
+                let connected = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if connected < self.replicas {
+                    return Err(LockError::config(
+                        "",
+                        format!(
+                            "replicas({}) asks {} replica(s) to acknowledge every acquire and \
+                             renewal, but the primary {primary} has {connected} connected \
+                             replica(s); add replicas or lower replicas(..)",
+                            self.replicas, self.replicas
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// An error met while checking the set-up, said in the user's terms where it is a set-up
+    /// mistake.
+    fn setup_error(&self, e: redis::RedisError) -> LockError {
+        let text = e.to_string();
+        if self.is_cluster() && text.contains("cluster support disabled") {
+            return LockError::config(
+                "",
+                format!(
+                    "{} is not a Redis Cluster: the server answers that cluster support is \
+                     disabled; for a standalone server use `Locker::connect(url)` or \
+                     `Locker::builder().url(url)`",
+                    self.addr
+                ),
+            );
+        }
+        if e.kind() == ErrorKind::MasterNameNotFoundBySentinel {
+            return LockError::config(
+                "",
+                format!(
+                    "no Sentinel knows the {}: check the master name (`sentinel monitor <name> ..` \
+                     in sentinel.conf, or `SENTINEL MASTERS`)",
+                    self.addr
+                ),
+            );
+        }
+        self.redis_error("", e)
+    }
+
+    /// Sends `cmd args..` to every primary of this deployment (one server: itself); returns each
+    /// primary's address and reply.
+    async fn each_primary(&self, cmd: &str, args: &[&str]) -> RedisResult<Vec<(String, Value)>> {
+        let mut command = redis::cmd(cmd);
+        for arg in args {
+            command.arg(*arg);
+        }
+        let limit = self.settings.response_timeout;
+        match &self.link {
+            Link::Cluster(cluster) => {
+                let map = cluster.slot_map().await?;
+                let mut conn = cluster.conn().await?;
+                let mut out = Vec::new();
+                for (i, (host, port)) in map.primaries.iter().enumerate() {
+                    let slot = map.first_slot_of(i).unwrap_or(0);
+                    let reply = bounded(
+                        limit,
+                        conn.route_command(
+                            command.clone(),
+                            redis::cluster_routing::RoutingInfo::SingleNode(
+                                crate::cluster::route_to_slot(slot),
+                            ),
+                        ),
+                    )
+                    .await?;
+                    out.push((format!("{host}:{port}"), reply));
+                }
+                Ok(out)
+            }
+            _ => {
+                let mut conn = self.conn().await?;
+                let reply: Value = self.bounded(limit, command.query_async(&mut conn)).await?;
+                let addr = match &self.link {
+                    Link::Sentinel(s) => s.primary_addr().unwrap_or_else(|| self.addr.clone()),
+                    _ => self.addr.clone(),
+                };
+                Ok(vec![(addr, reply)])
+            }
+        }
+    }
+}
