@@ -132,7 +132,7 @@ async fn spans_and_events_tell_what_each_call_did() {
         .await
         .unwrap();
     nightly(&env.locker).await;
-    let skipped = recorded.events_with("held elsewhere");
+    let skipped = recorded.events_with("skipped");
     assert!(
         !skipped.is_empty() && skipped.iter().all(|(l, _)| *l == tracing::Level::DEBUG),
         "{skipped:?}"
