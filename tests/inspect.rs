@@ -178,3 +178,38 @@ async fn inspect_on_redlock_reports_the_majority_value() {
     assert_eq!(locker.inspect("job").await.unwrap(), None);
     assert!(!locker.force_release("job", &info.value).await.unwrap());
 }
+
+/// The key's value, read straight from Redis (not through `inspect`), names this process and the
+/// locker's label, with the label's spaces and separators made safe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_value_stored_in_the_key_names_this_process_and_its_label() {
+    let env = Env::start().await;
+    let locker = labelled(&env.server, "billing worker;#2").await;
+    let lease = locker
+        .acquire("invoice:7", &LockOptions::new(ms(10_000)))
+        .await
+        .unwrap();
+    let stored = env
+        .get(&env.key("invoice:7"))
+        .await
+        .expect("the key is set");
+    assert_eq!(stored, lease.token(), "Lease::token is the whole value");
+    let (token, identity) = stored.split_at(32);
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{stored}");
+    assert!(
+        identity.contains(&format!(";pid={};", std::process::id())),
+        "{stored}"
+    );
+    assert!(identity.ends_with(";label=billing_worker__2"), "{stored}");
+    assert!(identity.starts_with(";host="), "{stored}");
+    assert!(!stored.contains(' '), "{stored}");
+    lease.release().await.unwrap();
+    // Every acquisition draws a fresh token; the identity stays.
+    let again = locker
+        .acquire("invoice:7", &LockOptions::new(ms(10_000)))
+        .await
+        .unwrap();
+    assert_ne!(&again.token()[..32], token);
+    assert!(again.token().ends_with(identity));
+    again.release().await.unwrap();
+}

@@ -6,19 +6,28 @@
 //! keys than Python's) loses updates. Needs `python3` with redis-py (`cargo xtask test` installs
 //! it with pip when it is missing).
 
-use std::process::{Command, Stdio};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use lock_runtime::testing::RedisServer;
 use lock_runtime::{KeyFormat, LockError, Locker, distributed_lock};
+use tokio::time::timeout;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/article_lock.py");
 const PYTHON_WORKERS: usize = 2;
 const RUST_WORKERS: usize = 2;
 const INCREMENTS: usize = 40;
-/// The read-sleep-write window.
-const SLEEP_MS: u64 = 3;
+/// The read-sleep-write window: wide enough that two sections running at once (the unsafe
+/// control) almost always lose an update, short enough to keep the test at a few seconds.
+const SLEEP_MS: u64 = 5;
 const COUNTER: &str = "interop:counter";
+/// Each section appends its side ("py" or "rs") here, in the order the sections ran.
+const LOG: &str = "interop:counter:log";
+/// A bound on each phase (Python's start-up, the run, the Python workers' end), far above what
+/// they take (about 0.2 s, 2 s and nothing), so that a stuck worker fails the test instead of
+/// hanging it.
+const PHASE_LIMIT: Duration = Duration::from_secs(60);
 
 #[distributed_lock(name = "counter", ttl = "10s", wait = "30s", locker = locker)]
 async fn increment(
@@ -38,9 +47,16 @@ async fn increment(
         .query_async(&mut conn)
         .await
         .unwrap();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(LOG)
+        .arg("rs")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     Ok(())
 }
 
+/// Fails the test, saying what to do, when `python3` or redis-py is missing (never a silent skip).
 fn python_ready() {
     let check = Command::new("python3")
         .args(["-c", "import redis"])
@@ -55,8 +71,79 @@ fn python_ready() {
     }
 }
 
-/// Runs the Python and Rust workers side by side; returns the counter's final value.
-async fn run_side_by_side(format: KeyFormat) -> u64 {
+/// One Python worker process; killed on drop, so that a failing test leaves none behind.
+struct PythonWorker {
+    child: Child,
+    stdout: Option<BufReader<ChildStdout>>,
+}
+
+impl PythonWorker {
+    fn spawn(url: &str) -> Self {
+        let mut child = Command::new("python3")
+            .args([
+                SCRIPT,
+                url,
+                "counter",
+                COUNTER,
+                &INCREMENTS.to_string(),
+                &SLEEP_MS.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        let stdout = child.stdout.take().map(BufReader::new);
+        Self { child, stdout }
+    }
+
+    /// The worker's next line of output, within [`PHASE_LIMIT`].
+    async fn line(&mut self, what: &str) -> String {
+        let mut stdout = self.stdout.take().expect("stdout");
+        let read = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            stdout.read_line(&mut line).map(|_| (line, stdout))
+        });
+        let (line, stdout) = timeout(PHASE_LIMIT, read)
+            .await
+            .unwrap_or_else(|_| panic!("no {what} from a Python worker within {PHASE_LIMIT:?}"))
+            .unwrap()
+            .unwrap();
+        self.stdout = Some(stdout);
+        line.trim().to_owned()
+    }
+
+    fn start(&mut self) {
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        stdin
+            .write_all(b"GO\n")
+            .and_then(|()| stdin.flush())
+            .unwrap();
+    }
+}
+
+impl Drop for PythonWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a run left behind: the counter, and which side ran each section, in order.
+struct Outcome {
+    counter: u64,
+    log: Vec<String>,
+}
+
+impl Outcome {
+    /// How often the log changes side: each change is a hand-over between Python and Rust.
+    fn switches(&self) -> usize {
+        self.log.windows(2).filter(|w| w[0] != w[1]).count()
+    }
+}
+
+/// Runs the Python and Rust workers side by side, all started at once once every Python worker
+/// is connected.
+async fn run_side_by_side(format: KeyFormat) -> Outcome {
     let server = RedisServer::start();
     let url = server.url();
     let locker = Locker::builder()
@@ -70,63 +157,85 @@ async fn run_side_by_side(format: KeyFormat) -> u64 {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let pythons: Vec<_> = (0..PYTHON_WORKERS)
-        .map(|_| {
-            Command::new("python3")
-                .args([
-                    SCRIPT,
-                    &url,
-                    "counter",
-                    COUNTER,
-                    &INCREMENTS.to_string(),
-                    &SLEEP_MS.to_string(),
-                ])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("python3 runs")
-        })
+    let mut pythons: Vec<PythonWorker> = (0..PYTHON_WORKERS)
+        .map(|_| PythonWorker::spawn(&url))
         .collect();
+    for p in &mut pythons {
+        assert_eq!(p.line("READY").await, "READY");
+    }
+    // Both sides start now: Python's start-up (importing redis-py) does not leave the Rust side
+    // running alone.
+    for p in &mut pythons {
+        p.start();
+    }
     let rusts: Vec<_> = (0..RUST_WORKERS)
-        .map(|_| {
+        .map(|w| {
             let (locker, conn) = (locker.clone(), conn.clone());
             tokio::spawn(async move {
-                for _ in 0..INCREMENTS {
+                for i in 0..INCREMENTS as u64 {
                     increment(&locker, &conn).await.unwrap();
+                    // Other work between sections (0 to 3 x SLEEP_MS, varied), as the Python
+                    // workers do: without it each side would pass the lock among its own
+                    // workers until they are all done, and the sides would never interleave.
+                    let pause = (i * 7 + w as u64 * 3) % (3 * SLEEP_MS + 1);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
             })
         })
         .collect();
     for r in rusts {
-        r.await.unwrap();
-    }
-    for p in pythons {
-        let out = tokio::task::spawn_blocking(move || p.wait_with_output())
+        timeout(PHASE_LIMIT, r)
             .await
-            .unwrap()
+            .expect("the Rust workers finish")
             .unwrap();
-        assert!(out.status.success(), "python worker: {out:?}");
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            format!("DONE {INCREMENTS}")
-        );
+    }
+    for p in &mut pythons {
+        assert_eq!(p.line("DONE").await, format!("DONE {INCREMENTS}"));
+    }
+    for mut p in pythons {
+        let status = p.child.wait().unwrap();
+        assert!(status.success(), "python worker: {status}");
     }
     let mut conn = conn.clone();
-    let value: Option<u64> = redis::cmd("GET")
+    let counter: Option<u64> = redis::cmd("GET")
         .arg(COUNTER)
         .query_async(&mut conn)
         .await
         .unwrap();
-    value.unwrap_or(0)
+    let log: Vec<String> = redis::cmd("LRANGE")
+        .arg(LOG)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let total = (PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS;
+    assert_eq!(log.len(), total, "every section ran and logged itself");
+    Outcome {
+        counter: counter.unwrap_or(0),
+        log,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_rust_workers_share_plain_lock_names_without_lost_updates() {
     python_ready();
     let total = ((PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS) as u64;
-    assert_eq!(
-        run_side_by_side(KeyFormat::Plain).await,
-        total,
-        "0 lost updates"
+    let outcome = run_side_by_side(KeyFormat::Plain).await;
+    println!(
+        "plain keys: {} of {total} increments, {} hand-overs between the sides",
+        outcome.counter,
+        outcome.switches()
+    );
+    assert_eq!(outcome.counter, total, "0 lost updates");
+    // The lock went from Python to Rust and from Rust to Python while both sides still had
+    // sections to run: each side waited on the other's key, so the 0 above is exclusion both
+    // ways, not luck of timing.
+    let handed = |from: &str, to: &str| outcome.log.windows(2).any(|w| w[0] == from && w[1] == to);
+    assert!(
+        handed("py", "rs") && handed("rs", "py"),
+        "the sides did not interleave: {:?}",
+        outcome.log
     );
 }
 
@@ -134,9 +243,16 @@ async fn python_and_rust_workers_share_plain_lock_names_without_lost_updates() {
 async fn unsafe_control_hash_tagged_keys_do_not_exclude_python_and_lose_updates() {
     python_ready();
     let total = ((PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS) as u64;
-    let value = run_side_by_side(KeyFormat::HashTagged).await;
-    assert!(value < total, "updates were lost: {value} of {total}");
-    println!("unsafe control: {value} of {total} increments survived");
+    let outcome = run_side_by_side(KeyFormat::HashTagged).await;
+    println!(
+        "unsafe control: {} of {total} increments survived",
+        outcome.counter
+    );
+    assert!(
+        outcome.counter < total,
+        "no update was lost: {} of {total}",
+        outcome.counter
+    );
 }
 
 /// A plain key held by a client that releases without publishing (a bare `DEL`): a waiter finds

@@ -61,7 +61,10 @@ impl Lease {
         &self.state.name
     }
 
-    /// The random token stored in the key: only this lease can renew or release it.
+    /// The whole value stored in the key: a random token of 32 hex digits followed by who took
+    /// it, `<token>;host=<host>;pid=<pid>[;label=<label>]` (see [`Holder`](crate::Holder)).
+    /// Only this lease can renew or release the key; the scripts compare this value as one
+    /// opaque string.
     pub fn token(&self) -> &str {
         &self.state.token
     }

@@ -9,14 +9,16 @@ fn main() -> ExitCode {
         Some("test") => test(),
         Some("example") => example(args.get(1).map_or("scheduled_job", String::as_str)),
         Some("bench") => bench(),
-        Some("setup") => ensure_redis(),
+        Some("setup") => ensure_redis()
+            .and_then(|()| ensure_c_compiler())
+            .and_then(|()| ensure_python_redis()),
         _ => {
             eprintln!(
                 "usage: cargo xtask <test | example [name] | bench | setup>\n  \
                  test     fmt check, clippy -D warnings, every test (including the slow ones)\n  \
                  example  run an example against a private redis-server (default: scheduled_job)\n  \
                  bench    clippy on the benchmark package, then the benchmark table\n  \
-                 setup    install redis-server when missing"
+                 setup    install what the tests need when missing (redis-server, cc, redis-py)"
             );
             return ExitCode::from(2);
         }
@@ -131,25 +133,40 @@ fn ensure_redis() -> Result<(), String> {
 }
 
 /// tests/python_interop.rs runs the Python article's lock with redis-py: `python3` must import
-/// `redis`; pip installs it when it is missing.
+/// `redis`. When it cannot: `python3` (and its pip) from apt-get if python3 is missing, then
+/// `python3 -m pip install --quiet redis`; each step that cannot be done says what to do instead.
 fn ensure_python_redis() -> Result<(), String> {
-    let imports = || {
+    let works = |args: &[&str]| {
         Command::new("python3")
-            .args(["-c", "import redis"])
+            .args(args)
             .output()
             .is_ok_and(|o| o.status.success())
     };
+    let imports = || works(&["-c", "import redis"]);
     if imports() {
         return Ok(());
     }
-    if Command::new("python3").arg("--version").output().is_err() {
+    let by_hand = "tests/python_interop.rs needs python3 with redis-py: install them with your \
+                   package manager (Debian: `apt-get install python3 python3-redis`), or \
+                   `python3 -m pip install redis`, and run this again";
+    if !works(&["--version"]) {
         eprintln!(
             "xtask: `python3` not found; installing the Debian packages python3 and python3-pip"
         );
-        apt_install("python3")?;
-        apt_install("python3-pip")?;
+        apt_install("python3")
+            .and_then(|()| apt_install("python3-pip"))
+            .map_err(|e| format!("{e}; {by_hand}"))?;
     }
-    eprintln!("xtask: redis-py not found; installing it with pip");
+    if !works(&["-m", "pip", "--version"]) {
+        eprintln!("xtask: python3 has no pip; installing the Debian package python3-pip");
+        apt_install("python3-pip").map_err(|e| {
+            format!(
+                "{e}; python3 has no pip: `python3 -m ensurepip --upgrade` may bring it, or \
+                 {by_hand}"
+            )
+        })?;
+    }
+    eprintln!("xtask: python3 cannot import redis (redis-py); installing it with pip");
     let pip = |extra: &[&str]| {
         let mut args = vec!["-m", "pip", "install", "--quiet", "redis"];
         args.extend_from_slice(extra);
@@ -157,12 +174,14 @@ fn ensure_python_redis() -> Result<(), String> {
     };
     // Debian's own python3 refuses system-wide pip installs unless told otherwise.
     if pip(&[]).is_err() {
-        pip(&["--break-system-packages"])?;
+        pip(&["--break-system-packages"]).map_err(|e| format!("{e}; {by_hand}"))?;
     }
     if imports() {
         Ok(())
     } else {
-        Err("python3 still cannot import redis after `pip install redis`: install redis-py for the python3 on PATH".to_owned())
+        Err(format!(
+            "python3 still cannot import redis after `pip install redis`; {by_hand}"
+        ))
     }
 }
 
