@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use lock_runtime::testing::{RedisCluster, RedisServer, key_slot};
 use lock_runtime::{LockError, LockOptions, Locker};
+use support::Failure;
 use support::fenced::{FencedStore, Mode};
 use support::ms;
 use tokio::sync::Mutex;
@@ -78,6 +79,17 @@ async fn evalsha_calls(port: u16) -> u64 {
         .split(',')
         .find_map(|kv| kv.strip_prefix("calls="))
         .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Whether the node on `port` has a sharded subscriber on `channel`.
+async fn shard_channel_listened(port: u16, channel: &str) -> bool {
+    let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    channels.iter().any(|c| c == channel)
 }
 
 async fn reset_stats(port: u16) {
@@ -166,26 +178,6 @@ async fn cluster_exclusion_and_increasing_fences_over_200_names() {
     assert_eq!(total as usize, 16 * SECTIONS);
 }
 
-/// A section's failure: the lock's or the store's.
-#[derive(Debug)]
-#[allow(dead_code)]
-enum Failure {
-    Lock(LockError),
-    Store(redis::RedisError),
-}
-
-impl From<LockError> for Failure {
-    fn from(e: LockError) -> Self {
-        Self::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for Failure {
-    fn from(e: redis::RedisError) -> Self {
-        Self::Store(e)
-    }
-}
-
 /// Release wake-ups use sharded pub/sub on the slot's primary: a waiter on another locker gets
 /// the lock as soon as it is released, long before the holder's ttl would free it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -216,16 +208,7 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     let channel = format!("{}:released", a.key_of("report"));
     let owner = cluster.primary_for_key(a.key_of("report")).port;
     support::eventually(ms(5_000), "the waiter's SSUBSCRIBE", || {
-        let channel = channel.clone();
-        async move {
-            let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{owner}")).await;
-            let channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("SHARDCHANNELS")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            channels.contains(&channel)
-        }
+        shard_channel_listened(owner, &channel)
     })
     .await;
     let released = Instant::now();
@@ -238,17 +221,8 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     // The holder's key had about 20 s left: only the release message explains a hand-off now.
     assert!(handoff < ms(2_000), "hand-off took {handoff:?}");
     // Nobody waits any more: the subscription is gone from the primary.
-    support::eventually(ms(5_000), "the SSUBSCRIBE undone", || {
-        let channel = channel.clone();
-        async move {
-            let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{owner}")).await;
-            let channels: Vec<String> = redis::cmd("PUBSUB")
-                .arg("SHARDCHANNELS")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            !channels.contains(&channel)
-        }
+    support::eventually(ms(5_000), "the SSUBSCRIBE undone", || async {
+        !shard_channel_listened(owner, &channel).await
     })
     .await;
 }

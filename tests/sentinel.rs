@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use lock_runtime::testing::{RedisServer, SentinelSet};
 use lock_runtime::{LockError, LockOptions, Locker};
+use support::Failure;
 use support::fenced::{FencedStore, Mode};
 use support::ms;
 use tokio::sync::{Mutex, Notify};
@@ -251,24 +252,4 @@ async fn sentinel_bad_set_ups_are_clear_errors() {
     };
     let key = locker.key_of("job");
     assert!(!exists(set.primary().port, &key).await, "deleted again");
-}
-
-/// A section's failure: the lock's or the store's.
-#[derive(Debug)]
-#[allow(dead_code)]
-enum Failure {
-    Lock(LockError),
-    Store(redis::RedisError),
-}
-
-impl From<LockError> for Failure {
-    fn from(e: LockError) -> Self {
-        Self::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for Failure {
-    fn from(e: redis::RedisError) -> Self {
-        Self::Store(e)
-    }
 }

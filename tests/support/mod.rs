@@ -109,6 +109,25 @@ impl Env {
     }
 }
 
+/// A locked section's failure: the lock's or the fenced store's.
+#[derive(Debug)]
+pub enum Failure {
+    Lock(lock_runtime::LockError),
+    Store(redis::RedisError),
+}
+
+impl From<lock_runtime::LockError> for Failure {
+    fn from(e: lock_runtime::LockError) -> Self {
+        Self::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Store(e)
+    }
+}
+
 pub async fn raw_connection(url: &str) -> MultiplexedConnection {
     redis::Client::open(url)
         .unwrap()

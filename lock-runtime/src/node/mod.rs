@@ -90,11 +90,7 @@ impl Node {
         tls_root_cert: Option<&[u8]>,
         replicas: usize,
     ) -> Result<Self, LockError> {
-        for url in urls {
-            url.as_str()
-                .into_connection_info()
-                .map_err(|e| bad_url(url, &e))?;
-        }
+        check_urls(urls)?;
         let link = ClusterLink::new(urls, settings, tls_root_cert).map_err(|e| {
             LockError::config("", format!("cannot make a Redis Cluster client: {e}"))
         })?;
@@ -122,11 +118,7 @@ impl Node {
         settings: Settings,
         replicas: usize,
     ) -> Result<Self, LockError> {
-        for url in urls {
-            url.as_str()
-                .into_connection_info()
-                .map_err(|e| bad_url(url, &e))?;
-        }
+        check_urls(urls)?;
         let link = Arc::new(
             SentinelLink::new(urls, master, settings)
                 .map_err(|e| LockError::config("", format!("cannot ask the Sentinels: {e}")))?,
@@ -384,6 +376,16 @@ impl Node {
     pub(crate) async fn subscribe(&self, channel: &str) -> (Subscription, RedisResult<()>) {
         self.notifications.subscribe(channel).await
     }
+}
+
+/// Checks that every URL parses, before any client is made of them.
+fn check_urls(urls: &[String]) -> Result<(), LockError> {
+    for url in urls {
+        url.as_str()
+            .into_connection_info()
+            .map_err(|e| bad_url(url, &e))?;
+    }
+    Ok(())
 }
 
 /// A URL that cannot be parsed, said with what is expected.
