@@ -4,7 +4,9 @@
 use lock_runtime::testing::RedisCluster;
 use lock_runtime::{LockError, distributed_lock};
 
-#[distributed_lock(name = "env-job:{n}", ttl = "2s", guard = lease)]
+// With a wait: the first call also connects to the cluster, which on a loaded machine can take
+// longer than one attempt's bound (the connection goes on in the background meanwhile).
+#[distributed_lock(name = "env-job:{n}", ttl = "2s", wait = "10s", guard = lease)]
 async fn job(n: u32) -> Result<u64, LockError> {
     let _ = n;
     Ok(lease.fence())

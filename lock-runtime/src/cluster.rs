@@ -11,7 +11,7 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{ErrorKind, RedisResult, Value};
-use tokio::sync::OnceCell;
+use tokio::sync::{OnceCell, watch};
 use tokio::time::Instant;
 
 use crate::connect::{Settings, bounded};
@@ -23,7 +23,10 @@ const SLOT_MAP_MAX_AGE: Duration = Duration::from_secs(5);
 /// The cluster connection of one locker, and what it knows of the cluster's layout.
 pub(crate) struct ClusterLink {
     client: ClusterClient,
-    conn: OnceCell<ClusterConnection>,
+    conn: Arc<OnceCell<ClusterConnection>>,
+    /// The connection under way, if any: made in a task of its own, so that a caller that
+    /// gives up (its attempt's bound, a dropped future) does not start it over next time.
+    connecting: Mutex<Option<watch::Receiver<Option<RedisResult<()>>>>>,
     settings: Settings,
     slots: Mutex<Option<Arc<SlotMap>>>,
 }
@@ -105,7 +108,8 @@ impl ClusterLink {
     ) -> RedisResult<Self> {
         Ok(Self {
             client: client_builder(urls, settings, tls_root_cert).build()?,
-            conn: OnceCell::new(),
+            conn: Arc::new(OnceCell::new()),
+            connecting: Mutex::new(None),
             settings,
             slots: Mutex::new(None),
         })
@@ -113,11 +117,41 @@ impl ClusterLink {
 
     /// The cluster connection, made on first use (it learns the slots from the seed nodes).
     pub(crate) async fn conn(&self) -> RedisResult<ClusterConnection> {
-        let limit = self.settings.connect_timeout + self.settings.response_timeout;
-        self.conn
-            .get_or_try_init(|| bounded(limit, self.client.get_async_connection()))
+        if let Some(conn) = self.conn.get() {
+            return Ok(conn.clone());
+        }
+        let mut done = {
+            let mut connecting = self.connecting.lock().expect("connecting lock");
+            match connecting.as_ref() {
+                // Under way: wait for it.
+                Some(rx) if rx.borrow().is_none() => rx.clone(),
+                // Never tried, or the last try failed: try (again).
+                _ => {
+                    let (tx, rx) = watch::channel(None);
+                    let (client, cell) = (self.client.clone(), Arc::clone(&self.conn));
+                    let limit = self.settings.connect_timeout + self.settings.response_timeout;
+                    tokio::spawn(async move {
+                        let made = bounded(limit, client.get_async_connection()).await;
+                        let outcome = made.map(|conn| {
+                            let _ = cell.set(conn);
+                        });
+                        let _ = tx.send(Some(outcome));
+                    });
+                    *connecting = Some(rx.clone());
+                    rx
+                }
+            }
+        };
+        let outcome = done
+            .wait_for(Option::is_some)
             .await
-            .cloned()
+            .map_err(|_| {
+                redis::RedisError::from((ErrorKind::Io, "the cluster connection task ended"))
+            })?
+            .clone()
+            .expect("waited for Some");
+        outcome?;
+        Ok(self.conn.get().expect("set before the outcome").clone())
     }
 
     /// The current slot map: the one fetched last, unless a request found it wrong or it is

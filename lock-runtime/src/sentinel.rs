@@ -90,12 +90,16 @@ impl SentinelLink {
         let _ = self.on_switch.set(f);
     }
 
-    /// The connection to the current primary, asking the Sentinels first if none is known yet.
+    /// The connection to the current primary, asking the Sentinels first if none is known yet
+    /// (in a task of its own, so that a caller that gives up does not cut the answer short).
     pub(crate) async fn conn(self: &Arc<Self>) -> RedisResult<ConnectionManager> {
         if let Some(p) = self.current.read().expect("primary lock").as_ref() {
             return Ok(p.conn.clone());
         }
-        self.resolve().await
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.resolve().await })
+            .await
+            .map_err(|_| RedisError::from((ErrorKind::Io, "the Sentinel lookup task ended")))?
     }
 
     /// The address of the current primary, if one is known.
