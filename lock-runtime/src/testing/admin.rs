@@ -75,6 +75,22 @@ pub(crate) fn replica_synced(port: u16) -> Result<(), String> {
     }
 }
 
+/// Whether the primary on `port` lists the replica on `replica_port` as `state=online` (the
+/// state in which `WAIT` counts it).
+pub(crate) fn replica_online_at_primary(port: u16, replica_port: u16) -> Result<(), String> {
+    let info: String = query(port, &["INFO", "replication"])?;
+    let wanted = format!("port={replica_port},");
+    let line = info
+        .lines()
+        .filter(|line| line.starts_with("slave"))
+        .find(|line| line.contains(&wanted));
+    match line {
+        Some(line) if line.contains("state=online") => Ok(()),
+        Some(line) => Err(format!("port {port}: {line}")),
+        None => Err(format!("port {port}: replica {replica_port} not listed")),
+    }
+}
+
 /// Calls `check` until it returns `Ok`, at most for `timeout`; the error is the last one seen.
 pub(crate) fn poll<T>(
     timeout: Duration,

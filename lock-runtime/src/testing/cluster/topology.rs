@@ -164,6 +164,12 @@ pub(crate) fn check_settled(live: &[(u16, &str)]) -> Result<View, String> {
     for e in view.entries.iter().filter(|e| !e.primary) {
         if live.iter().any(|&(port, _)| port == e.port) {
             admin::replica_synced(e.port)?;
+            // The replica says its link is up a moment before its primary counts it as online
+            // (at its first ACK); `WAIT` counts only online replicas.
+            let primary = e.primary_id.as_deref().and_then(|id| view.by_id(id));
+            if let Some(p) = primary.filter(|p| live.iter().any(|&(port, _)| port == p.port)) {
+                admin::replica_online_at_primary(p.port, e.port)?;
+            }
         }
     }
     Ok(view)

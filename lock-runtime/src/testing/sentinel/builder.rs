@@ -4,7 +4,7 @@ use std::sync::Mutex;
 
 use super::config::{data_node_args, sentinel_conf};
 use super::{SENTINELS, START_TIMEOUT, SentinelSet};
-use crate::testing::admin::replica_synced;
+use crate::testing::admin::{replica_online_at_primary, replica_synced};
 use crate::testing::proxy::FaultProxy;
 use crate::testing::server::{NodeSpec, RedisServer, make_temp_dir, server_bin};
 
@@ -116,9 +116,10 @@ impl SentinelSetBuilder {
         // first INFO of the primary, instead of 10 s later.
         let replica_ports: Vec<u16> = set.data[1..].iter().map(|s| s.port()).collect();
         set.wait("start", START_TIMEOUT, || {
-            replica_ports
-                .iter()
-                .try_for_each(|&port| replica_synced(port))
+            replica_ports.iter().try_for_each(|&port| {
+                replica_synced(port)?;
+                replica_online_at_primary(primary_port, port)
+            })
         })
         .await;
         for _ in 0..SENTINELS {
