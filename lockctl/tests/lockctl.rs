@@ -33,6 +33,16 @@ fn json_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
     Some(rest[..end].trim_matches('"'))
 }
 
+/// A locker on `url` whose leases carry `label` in their value.
+async fn labelled(url: &str, label: &str) -> Locker {
+    Locker::builder()
+        .url(url)
+        .label(label)
+        .connect()
+        .await
+        .unwrap()
+}
+
 /// In a child process (this test binary run again): holds the lock until stdin closes.
 #[test]
 fn holder_child() {
@@ -47,12 +57,7 @@ fn holder_child() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let locker = Locker::builder()
-            .url(url)
-            .label(label)
-            .connect()
-            .await
-            .unwrap();
+        let locker = labelled(url, label).await;
         let lease = locker
             .acquire(name, &LockOptions::new(Duration::from_secs(30)))
             .await
@@ -132,18 +137,8 @@ async fn release_force_refuses_when_the_holder_changed() {
     let server = RedisServer::start();
     let url = server.url();
     let opts = LockOptions::new(Duration::from_secs(30));
-    let a = Locker::builder()
-        .url(&url)
-        .label("a")
-        .connect()
-        .await
-        .unwrap();
-    let b = Locker::builder()
-        .url(&url)
-        .label("b")
-        .connect()
-        .await
-        .unwrap();
+    let a = labelled(&url, "a").await;
+    let b = labelled(&url, "b").await;
     let first = a.acquire("ledger", &opts).await.unwrap();
     let shown = stdout(&lockctl(&url, &["--json", "inspect", "ledger"]));
     let token_a = json_field(&shown, "token").unwrap().to_owned();
@@ -210,18 +205,8 @@ async fn release_force_refuses_when_the_holder_changed() {
 async fn watch_shows_a_hand_off() {
     let server = RedisServer::start();
     let url = server.url();
-    let first = Locker::builder()
-        .url(&url)
-        .label("first")
-        .connect()
-        .await
-        .unwrap();
-    let second = Locker::builder()
-        .url(&url)
-        .label("second")
-        .connect()
-        .await
-        .unwrap();
+    let first = labelled(&url, "first").await;
+    let second = labelled(&url, "second").await;
     let held = first
         .acquire("handoff", &LockOptions::new(Duration::from_secs(30)))
         .await
