@@ -732,6 +732,54 @@ async fn waiters_get_the_lock_in_arrival_order() {
     assert_eq!(queue_len(&env, "fifo").await, 0);
 }
 
+/// Each release hands the lock to the first waiter and wakes only that one: the others send no
+/// attempt (a waiter's attempt re-writes its state in the queue's hash with HSET, which nothing
+/// else does). Waking everyone, as releases did before, costs 5 + 4 + 3 + 2 + 1 = 15 needless
+/// attempts over the chain of six hand-overs; only a waiter's own timer (every 100 ms or more)
+/// may add one now. Both through the server's message (a locker each) and through the
+/// releasing locker's own wake-up (one shared locker).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_wakes_only_the_waiter_it_goes_to() {
+    let env = Env::start().await;
+    for shared in [false, true] {
+        let name = if shared { "wake-shared" } else { "wake-each" };
+        let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+        let mut waiters = Vec::new();
+        for i in 0..6 {
+            let locker = if shared {
+                env.locker.clone()
+            } else {
+                env.second_locker().await
+            };
+            waiters.push(tokio::spawn(async move {
+                let lease = locker
+                    .acquire(name, &opts(10_000).with_wait(ms(10_000)))
+                    .await
+                    .unwrap();
+                lease.release().await.unwrap();
+            }));
+            eventually(ms(2_000), "the waiter queued", || async {
+                queue_len(&env, name).await == i + 1
+            })
+            .await;
+        }
+        env.reset_stats().await;
+        holder.release().await.unwrap();
+        for w in waiters {
+            tokio::time::timeout(ms(5_000), w)
+                .await
+                .expect("every waiter gets the lock in turn")
+                .unwrap();
+        }
+        let needless = env.calls("hset").await;
+        assert!(
+            needless <= 3,
+            "{needless} attempts by waiters whose turn it was not (shared locker: {shared})"
+        );
+        assert_eq!(queue_len(&env, name).await, 0);
+    }
+}
+
 #[tokio::test]
 async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let env = Env::start().await;

@@ -179,9 +179,10 @@ impl Acquirer {
                 retry_at = retry_at.min(now + poll + jitter(poll));
             }
             let subs = subscriptions.as_mut().expect("subscribed above");
+            let me = place.as_ref().map(|p| p.waiter.id.as_str());
             tokio::select! {
                 () = tokio::time::sleep_until(retry_at.min(wait_until)) => {}
-                () = any_changed(subs, &busy_nodes) => {}
+                () = any_changed(subs, &busy_nodes, me) => {}
             }
             if Instant::now() >= wait_until {
                 break Err(busy());
@@ -318,11 +319,12 @@ impl Acquirer {
     }
 }
 
-/// Resolves on a release message from one of the `busy` servers. Messages from the others are
-/// ignored: they cannot turn the next attempt into a success, and among them are the releases of
-/// this waiter's own partial grants, which would otherwise wake it again and again (a busy loop
-/// for as long as someone else holds the majority).
-async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) {
+/// Resolves on a release message from one of the `busy` servers that may let `waiter` (this
+/// caller's place in the queue, if it has one) in. Messages from the others are ignored: they
+/// cannot turn the next attempt into a success, and among them are the releases of this waiter's
+/// own partial grants, which would otherwise wake it again and again (a busy loop for as long as
+/// someone else holds the majority). So is a lock handed to another waiter.
+async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize], waiter: Option<&str>) {
     let mut relevant: Vec<&mut Subscription> = subs
         .iter_mut()
         .filter(|(i, _)| busy.contains(i))
@@ -330,12 +332,13 @@ async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) {
         .collect();
     match relevant.as_mut_slice() {
         [] => std::future::pending().await,
-        [one] => {
-            let _ = one.rx.changed().await;
-        }
+        [one] => one.released_for(waiter).await,
         many => {
-            // Keep every `changed` future alive across polls: dropping one unregisters its waker.
-            let mut waits: Vec<_> = many.iter_mut().map(|s| Box::pin(s.rx.changed())).collect();
+            // Keep every future alive across polls: dropping one unregisters its waker.
+            let mut waits: Vec<_> = many
+                .iter_mut()
+                .map(|s| Box::pin(s.released_for(waiter)))
+                .collect();
             std::future::poll_fn(|cx| {
                 if waits.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) {
                     std::task::Poll::Ready(())

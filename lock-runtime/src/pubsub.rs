@@ -80,8 +80,29 @@ pub(crate) struct Notifications {
     epoch: AtomicU64,
 }
 
+/// Whom a release message wakes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Every waiter: a plain release, a lost connection, a moved slot or primary.
+    #[default]
+    Everyone,
+    /// The lock was handed to this waiter (the message is `~<waiter id>`): only it can take it,
+    /// so the others stay asleep instead of each sending an attempt that cannot succeed.
+    Only(Arc<str>),
+}
+
+impl Wake {
+    /// What a release message's payload says.
+    pub(crate) fn of(payload: &[u8]) -> Self {
+        match payload.strip_prefix(b"~").map(std::str::from_utf8) {
+            Some(Ok(head)) => Self::Only(head.into()),
+            _ => Self::Everyone,
+        }
+    }
+}
+
 struct Channel {
-    tx: watch::Sender<u64>,
+    tx: watch::Sender<Wake>,
     /// Live `Subscription`s: the channel is wanted while this is above zero.
     waiters: usize,
     /// What the server has, as far as we know.
@@ -101,14 +122,31 @@ enum OnServer {
     Yes,
 }
 
-/// Held while waiting for a release message; `rx` changes on every message. Dropping it (also
+/// Held while waiting for a release message; `rx` changes on every message, to whom it wakes.
+/// Dropping it (also
 /// mid-SUBSCRIBE) only lowers the channel's count; the server is brought in line by
 /// [`Notifications::reconcile`], which runs in a task of its own, so a cancelled waiter can never
 /// leave a subscription behind.
 pub(crate) struct Subscription {
     owner: Arc<Notifications>,
     channel: String,
-    pub(crate) rx: watch::Receiver<u64>,
+    pub(crate) rx: watch::Receiver<Wake>,
+}
+
+impl Subscription {
+    /// Resolves on the next release message that may let `waiter` in: one that wakes everyone,
+    /// or one that hands the lock to `waiter`. Without a waiter (not queued), on any message.
+    pub(crate) async fn released_for(&mut self, waiter: Option<&str>) {
+        loop {
+            if self.rx.changed().await.is_err() {
+                return;
+            }
+            match (&*self.rx.borrow_and_update(), waiter) {
+                (Wake::Only(head), Some(me)) if **head != *me => {}
+                _ => return,
+            }
+        }
+    }
 }
 
 impl Drop for Subscription {
@@ -162,7 +200,7 @@ impl Notifications {
             let entry = channels
                 .entry(channel.to_owned())
                 .or_insert_with(|| Channel {
-                    tx: watch::channel(0).0,
+                    tx: watch::channel(Wake::Everyone).0,
                     waiters: 0,
                     server: OnServer::No,
                     order: Arc::default(),
@@ -188,15 +226,15 @@ impl Notifications {
         (sub, Ok(()))
     }
 
-    /// Wakes this process's waiters on the lock `key` at once: it was just released through
-    /// this server (its release message reaches the others).
-    pub(crate) fn released_here(&self, key: &str) {
+    /// Wakes this process's waiters on the lock `key` at once (`wake` says which): it was just
+    /// released through this server (its release message reaches the others).
+    pub(crate) fn released_here(&self, key: &str, wake: Wake) {
         let channels = self.channels.lock().expect("channels lock");
         if channels.is_empty() {
             return;
         }
         if let Some(channel) = channels.get(&crate::keys::channel_of(key).to_string()) {
-            channel.tx.send_modify(|n| *n += 1);
+            channel.tx.send_replace(wake);
         }
     }
 
@@ -209,7 +247,11 @@ impl Notifications {
                     && let Ok(name) = std::str::from_utf8(name)
                     && let Some(channel) = channels.get(name)
                 {
-                    channel.tx.send_modify(|n| *n += 1);
+                    let wake = match push.data.get(1) {
+                        Some(Value::BulkString(payload)) => Wake::of(payload),
+                        _ => Wake::Everyone,
+                    };
+                    channel.tx.send_replace(wake);
                 }
             }
             // The server dropped a sharded subscription by itself (its slot moved to another
@@ -221,14 +263,14 @@ impl Notifications {
                     && channel.waiters > 0
                 {
                     channel.server = OnServer::No;
-                    channel.tx.send_modify(|n| *n += 1);
+                    channel.tx.send_replace(Wake::Everyone);
                     return Some(name.to_owned());
                 }
             }
             // A dropped connection may have lost a release message: wake everyone to retry.
             PushKind::Disconnection => {
                 for channel in channels.values() {
-                    channel.tx.send_modify(|n| *n += 1);
+                    channel.tx.send_replace(Wake::Everyone);
                 }
             }
             _ => {}
@@ -456,7 +498,7 @@ impl Notifications {
         {
             let channels = self.channels.lock().expect("channels lock");
             for channel in channels.values() {
-                channel.tx.send_modify(|n| *n += 1);
+                channel.tx.send_replace(Wake::Everyone);
             }
         }
         Self::resubscribe(&Arc::downgrade(self));

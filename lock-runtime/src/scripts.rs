@@ -129,7 +129,8 @@ return out
 /// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever),
 /// 6 the publish command: `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the message
 /// goes only to the primary of the lock's slot, where its waiters listen).
-/// Returns 1 when the key was ours, 0 when it was not (then nothing is touched).
+/// Returns 1 when the key was ours, `~<waiter id>` when it was and went to that waiter, 0 when it
+/// was not (then nothing is touched).
 ///
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
 ///   (which does not write it): only while the key is still ours, so a lost lease never moves
@@ -138,8 +139,9 @@ return out
 ///   released lease still on its way cannot stretch it back to the full ttl.
 /// - With waiters queued, the lock is handed to the first live one: the key's value becomes
 ///   `~<waiter id>` for that waiter's grace, so that nobody cuts in (a plain `SET NX` fails), and
-///   the release is published on `<key>:released`. With nobody queued nobody listens (a waiter
-///   queues before it waits), so nothing is published.
+///   `~<waiter id>` is published on `<key>:released`: only that waiter wakes to take it, the
+///   others sleep on (any other message wakes every waiter). With nobody queued nobody listens
+///   (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -161,9 +163,10 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   if state then
     local grace = string.match(state, ' (%d+)$') or '300'
     redis.call('SET', KEYS[1], '~' .. head, 'PX', grace)
-  else
-    redis.call('DEL', KEYS[1])
+    redis.call(ARGV[6], KEYS[1] .. ':released', '~' .. head)
+    return '~' .. head
   end
+  redis.call('DEL', KEYS[1])
   redis.call(ARGV[6], KEYS[1] .. ':released', ARGV[1])
   return 1
 end

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult, Script, ServerErrorKind,
+    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult, Script, ServerErrorKind, Value,
 };
 
 use crate::LockError;
@@ -15,7 +15,7 @@ use crate::cluster::ClusterLink;
 use crate::connect::{RoundTrip, Settings, bounded, manager_config, open_client, redact};
 use crate::keys::Keys;
 use crate::link::{Conn, Link};
-use crate::pubsub::{Notifications, Source, Subscription};
+use crate::pubsub::{Notifications, Source, Subscription, Wake};
 use crate::scripts::{self, evalsha};
 use crate::sentinel::SentinelLink;
 
@@ -344,7 +344,7 @@ impl Node {
             } else {
                 "PUBLISH"
             });
-        let (done, _): (i64, _) = self
+        let (done, _): (Value, _) = self
             .eval(
                 &scripts::RELEASE,
                 &cmd,
@@ -352,11 +352,16 @@ impl Node {
                 self.settings.response_timeout,
             )
             .await?;
-        if done == 1 && how.keep_ms == 0 {
+        let wake = match done {
+            Value::Int(1) => Wake::Everyone,
+            Value::BulkString(handed) => Wake::of(&handed),
+            _ => return Ok(false),
+        };
+        if how.keep_ms == 0 {
             // Waiters in this process learn it now, not one message later.
-            self.notifications.released_here(key);
+            self.notifications.released_here(key, wake);
         }
-        Ok(done == 1)
+        Ok(true)
     }
 
     pub(crate) async fn raise_fence(
