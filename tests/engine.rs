@@ -732,15 +732,19 @@ async fn waiters_get_the_lock_in_arrival_order() {
     assert_eq!(queue_len(&env, "fifo").await, 0);
 }
 
-/// Each release hands the lock to the first waiter and wakes only that one: the others send no
-/// attempt (a waiter's attempt re-writes its state in the queue's hash with HSET, which nothing
-/// else does). Waking everyone, as releases did before, costs 5 + 4 + 3 + 2 + 1 = 15 needless
-/// attempts over the chain of six hand-overs; only a waiter's own timer (every 100 ms or more)
-/// may add one now. Both through the server's message (a locker each) and through the
-/// releasing locker's own wake-up (one shared locker).
+/// Each release grants the lock to the first waiter and wakes only that one, which holds it
+/// without an attempt of its own; the others send no attempt either (a waiter's attempt re-writes
+/// its state in the queue's hash with HSET, which nothing else does). Waking everyone, as
+/// releases did before, cost 5 + 4 + 3 + 2 + 1 = 15 needless attempts over the chain of six
+/// hand-overs, and each grantee's own attempt 6 more script calls; only a waiter's own timer
+/// (every 100 ms or more) may add one now. Both through the server's message (a locker each) and
+/// through the releasing locker's own wake-up (one shared locker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hand_over_wakes_only_the_waiter_it_goes_to() {
+async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
     let env = Env::start().await;
+    // The release script is loaded from here on (a first EVALSHA would be sent twice).
+    let warm = env.locker.acquire("warm", &opts(10_000)).await.unwrap();
+    warm.release().await.unwrap();
     for shared in [false, true] {
         let name = if shared { "wake-shared" } else { "wake-each" };
         let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
@@ -756,7 +760,9 @@ async fn a_hand_over_wakes_only_the_waiter_it_goes_to() {
                     .acquire(name, &opts(10_000).with_wait(ms(10_000)))
                     .await
                     .unwrap();
+                let fence = lease.fence();
                 lease.release().await.unwrap();
+                fence
             }));
             eventually(ms(2_000), "the waiter queued", || async {
                 queue_len(&env, name).await == i + 1
@@ -764,20 +770,122 @@ async fn a_hand_over_wakes_only_the_waiter_it_goes_to() {
             .await;
         }
         env.reset_stats().await;
+        let mut fences = vec![holder.fence()];
         holder.release().await.unwrap();
         for w in waiters {
-            tokio::time::timeout(ms(5_000), w)
+            let fence = tokio::time::timeout(ms(5_000), w)
                 .await
                 .expect("every waiter gets the lock in turn")
                 .unwrap();
+            fences.push(fence);
         }
         let needless = env.calls("hset").await;
         assert!(
             needless <= 3,
             "{needless} attempts by waiters whose turn it was not (shared locker: {shared})"
         );
+        // The seven releases, and at most those few timer attempts: no grantee asked.
+        let scripts = env.calls("evalsha").await;
+        assert!(
+            scripts <= 7 + needless,
+            "{scripts} script calls for 7 releases (shared locker: {shared})"
+        );
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "fences in the order of the hand-overs: {fences:?}"
+        );
         assert_eq!(queue_len(&env, name).await, 0);
     }
+}
+
+/// A release grants the lock to the first waiter under its last attempt's token; if that waiter
+/// is cancelled before the grant's message reaches it, dropping it passes the lock on to the next
+/// waiter at once, not at the end of the grant's ttl. The first waiter runs on a runtime of its
+/// own, frozen while the grant is made, so the fault is real: the key holds the token of a
+/// waiter that never learnt of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
+    let env = Env::start().await;
+    let name = "granted-then-cancelled";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(30_000)).await.unwrap();
+    let url = env.server.url();
+    let first_took = Arc::new(AtomicBool::new(false));
+    let took = first_took.clone();
+    // The first waiter's runtime, on a thread of its own: driven until the waiter queues, then
+    // frozen (a current-thread runtime runs nothing outside `block_on`) until resumed, then
+    // driven again until the test is done.
+    let (abort_tx, abort_rx) = std::sync::mpsc::channel();
+    let (freeze_tx, freeze_rx) = std::sync::mpsc::channel::<()>();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let driver = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let locker = Locker::connect(&url).await.unwrap();
+            let first = tokio::spawn(async move {
+                let lease = locker
+                    .acquire(name, &opts(30_000).with_wait(ms(20_000)))
+                    .await;
+                took.store(true, Ordering::SeqCst);
+                drop(lease);
+            });
+            abort_tx.send(first.abort_handle()).unwrap();
+            let _ = tokio::task::spawn_blocking(move || freeze_rx.recv()).await;
+        });
+        let _ = resume_rx.recv();
+        rt.block_on(async {
+            let _ = tokio::task::spawn_blocking(move || done_rx.recv()).await;
+        });
+    });
+    let first = abort_rx.recv().unwrap();
+    eventually(ms(2_000), "the first waiter queued", || async {
+        queue_len(&env, name).await == 1
+    })
+    .await;
+    freeze_tx.send(()).unwrap();
+    let second_locker = env.second_locker().await;
+    let second = tokio::spawn(async move {
+        let lease = second_locker
+            .acquire(name, &opts(30_000).with_wait(ms(20_000)))
+            .await
+            .unwrap();
+        let fence = lease.fence();
+        lease.release().await.unwrap();
+        fence
+    });
+    eventually(ms(2_000), "the second waiter queued", || async {
+        queue_len(&env, name).await == 2
+    })
+    .await;
+    let holder_fence = holder.fence();
+    holder.release().await.unwrap();
+    let granted = env.get(&key).await.expect("granted, not deleted");
+    assert!(
+        !granted.starts_with('~'),
+        "granted to a token, not handed over: {granted}"
+    );
+    assert_eq!(queue_len(&env, name).await, 1, "the grantee left the queue");
+    // Cancel the first waiter, then let its runtime go on: it drops the waiter unpolled.
+    first.abort();
+    let begun = Instant::now();
+    resume_tx.send(()).unwrap();
+    let fence = tokio::time::timeout(ms(5_000), second)
+        .await
+        .expect("the lock went on to the second waiter, not after the 30 s ttl")
+        .unwrap();
+    assert!(begun.elapsed() < ms(5_000));
+    assert!(fence > holder_fence, "fence {fence} after {holder_fence}");
+    assert!(
+        !first_took.load(Ordering::SeqCst),
+        "the first waiter ran on after its cancellation"
+    );
+    done_tx.send(()).unwrap();
+    driver.join().unwrap();
+    assert!(!env.exists(&key).await);
 }
 
 #[tokio::test]

@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use crate::keys::Keys;
 use crate::node::Waiter;
-use crate::pubsub::Subscription;
+use crate::pubsub::{Grant, Subscription, Wake};
 use crate::queue::{QueuePlace, StaleHeads};
-use crate::quorum::{Acquired, Ask, Quorum};
+use crate::quorum::{Acquired, Ask, Late, Quorum};
 use crate::validity::{Granted, LeaseState};
 use crate::watchdog::Watchdog;
 use crate::{Lease, LockError, LockOptions};
@@ -24,6 +24,18 @@ pub(crate) struct Acquirer {
     suffix: String,
     /// How often a waiter also retries when releases may go unannounced (plain keys).
     poll: Option<Duration>,
+}
+
+/// A key this caller holds: under which token, with which fence, since when and for how long.
+struct Taken {
+    token: String,
+    fence: u64,
+    /// The fence counter is to be written at release (plain-command path).
+    record_fence: bool,
+    /// When the request that set the key was sent (no later than the server set it).
+    sent: Instant,
+    /// How long the key was set for.
+    set_for: Duration,
 }
 
 /// The outcome of one attempt.
@@ -103,11 +115,13 @@ impl Acquirer {
             for (_, sub) in subscriptions.iter_mut().flatten() {
                 sub.rx.borrow_and_update();
             }
+            // A fresh token for every attempt: it is also the attempt's nonce in the queue.
+            let token = crate::holder::value(&self.suffix);
             // A waiter queues from its second attempt on: by then it listens for releases, and
             // its grace comes from round trips measured on this very wait. An uncontended call
             // never touches the queue.
             let waiter = match (&mut place, &subscriptions) {
-                (Some(place), Some(_)) => Some(place.join()),
+                (Some(place), Some(_)) => Some(place.join(&token)),
                 _ => None,
             };
             // Each attempt is bounded, connecting included: a server that accepts connections
@@ -116,7 +130,8 @@ impl Acquirer {
             // each bounded by one).
             let phases = if self.quorum.nodes().len() == 1 { 1 } else { 3 };
             let bound = self.quorum.nodes()[0].response_timeout() * phases;
-            let attempt = tokio::time::timeout(bound, self.attempt(&mut name, &keys, waiter, opts));
+            let attempt =
+                tokio::time::timeout(bound, self.attempt(&mut name, &keys, token, waiter, opts));
             let outcome = match attempt
                 .await
                 .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
@@ -146,12 +161,12 @@ impl Acquirer {
                 Attempt::Expired => (Some(Duration::ZERO), Vec::new()),
             };
             let now = Instant::now();
-            let busy = || LockError::Busy {
+            let busy = |name: &Option<String>| LockError::Busy {
                 name: name.clone().unwrap_or_default(),
                 waited: begun.elapsed(),
             };
             if opts.wait().is_zero() || now >= wait_until {
-                break Err(busy());
+                break Err(busy(&name));
             }
             if subscriptions.is_none() {
                 // Subscribe before the next try, so that a release between the try and the wait
@@ -180,12 +195,18 @@ impl Acquirer {
             }
             let subs = subscriptions.as_mut().expect("subscribed above");
             let me = place.as_ref().map(|p| p.waiter.id.as_str());
-            tokio::select! {
-                () = tokio::time::sleep_until(retry_at.min(wait_until)) => {}
-                () = any_changed(subs, &busy_nodes, me) => {}
+            let woke = tokio::select! {
+                () = tokio::time::sleep_until(retry_at.min(wait_until)) => None,
+                wake = any_changed(subs, &busy_nodes, me) => Some(wake),
+            };
+            // Granted by the release itself: ours without another round trip.
+            if let (Some(Wake::Granted(grant)), Some(place)) = (&woke, &place)
+                && let Some(lease) = self.take_grant(&mut name, &keys, place, grant, opts)
+            {
+                break Ok(lease);
             }
             if Instant::now() >= wait_until {
-                break Err(busy());
+                break Err(busy(&name));
             }
         };
         match &result {
@@ -233,16 +254,53 @@ impl Acquirer {
         }
     }
 
+    /// The lease a release granted to `place`'s last attempt, if `grant` is that (and this
+    /// server's acquires need no replica acknowledgements: then the waiter's next attempt takes
+    /// the grant over and waits for them). A grant whose validity ran out by now goes on to the
+    /// next waiter.
+    fn take_grant(
+        &self,
+        name: &mut Option<String>,
+        keys: &Keys,
+        place: &QueuePlace,
+        grant: &Grant,
+        opts: &LockOptions,
+    ) -> Option<Lease> {
+        let (token, sent) = place.last.as_ref()?;
+        if grant.waiter != place.waiter.id
+            || grant.token != *token
+            || self.quorum.nodes()[0].waits_for_replicas()
+        {
+            return None;
+        }
+        self.stale_heads.forget(&keys.key);
+        // The grant was made after that attempt reached the server, for the waiter's grace: the
+        // key lives at least until `sent + grace`; the first renewal, sent at once, extends it.
+        let grace = place.waiter.grace;
+        if Instant::now() >= *sent + grace.saturating_sub(crate::drift(grace)) {
+            self.quorum.forget(keys, token);
+            return None;
+        }
+        let granted = Taken {
+            token: token.clone(),
+            fence: grant.fence,
+            record_fence: false,
+            sent: *sent,
+            set_for: grace,
+        };
+        Some(self.hand_out(name, keys, granted, opts, Late::none()))
+    }
+
     async fn attempt(
         &self,
         name: &mut Option<String>,
         keys: &Keys,
+        token: String,
         waiter: Option<&Waiter>,
         opts: &LockOptions,
     ) -> Result<Attempt, LockError> {
         let ttl = opts.ttl();
         let validity = ttl.saturating_sub(opts.drift());
-        let token = crate::holder::value(&self.suffix);
         let sent = Instant::now();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);
@@ -297,25 +355,55 @@ impl Acquirer {
         }
         // From here on the lease releases the key on every path, including its own drop.
         in_flight.settle();
-        let state = Arc::new(LeaseState::new(Granted {
-            name: name.take().unwrap_or_default(),
-            key: keys.key.clone(),
+        let taken = Taken {
             token,
             fence,
             record_fence,
-            ttl,
+            sent,
+            set_for: ttl,
+        };
+        Ok(Attempt::Taken(self.hand_out(name, keys, taken, opts, late)))
+    }
+
+    /// The lease of a key taken as `taken` says, renewed from now on: first one renew period
+    /// after the request; a key set for less than the ttl (a grant, for the waiter's grace: at
+    /// least 300 ms and four round trips) when half of what is left of that has passed, so a
+    /// short hold costs no renewal and a long one is extended in time.
+    fn hand_out(
+        &self,
+        name: &mut Option<String>,
+        keys: &Keys,
+        taken: Taken,
+        opts: &LockOptions,
+        late: Late,
+    ) -> Lease {
+        let first_renewal = if taken.set_for < opts.ttl() {
+            let set_for = taken.set_for.saturating_sub(crate::drift(taken.set_for));
+            let now = Instant::now();
+            now + (taken.sent + set_for).saturating_duration_since(now) / 2
+        } else {
+            taken.sent + opts.renew()
+        };
+        let state = Arc::new(LeaseState::new(Granted {
+            name: name.take().unwrap_or_default(),
+            key: keys.key.clone(),
+            token: taken.token,
+            fence: taken.fence,
+            record_fence: taken.record_fence,
+            ttl: opts.ttl(),
+            set_for: taken.set_for,
             renew: opts.renew(),
             min_hold: opts.min_hold(),
-            started: sent,
+            started: taken.sent,
             template: opts.template(),
         }));
-        let renewing = self.watchdog.register(Arc::clone(&state));
+        let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), Arc::clone(&self.quorum), renewing);
         if late.has_late() {
             let quorum = Arc::clone(&self.quorum);
             tokio::spawn(async move { quorum.settle_late_grants(state, late).await });
         }
-        Ok(Attempt::Taken(lease))
+        lease
     }
 }
 
@@ -324,7 +412,11 @@ impl Acquirer {
 /// cannot turn the next attempt into a success, and among them are the releases of this waiter's
 /// own partial grants, which would otherwise wake it again and again (a busy loop for as long as
 /// someone else holds the majority). So is a lock handed to another waiter.
-async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize], waiter: Option<&str>) {
+async fn any_changed(
+    subs: &mut [(usize, Subscription)],
+    busy: &[usize],
+    waiter: Option<&str>,
+) -> Wake {
     let mut relevant: Vec<&mut Subscription> = subs
         .iter_mut()
         .filter(|(i, _)| busy.contains(i))
@@ -340,13 +432,15 @@ async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize], waiter:
                 .map(|s| Box::pin(s.released_for(waiter)))
                 .collect();
             std::future::poll_fn(|cx| {
-                if waits.iter_mut().any(|w| w.as_mut().poll(cx).is_ready()) {
-                    std::task::Poll::Ready(())
-                } else {
-                    std::task::Poll::Pending
+                match waits.iter_mut().find_map(|w| match w.as_mut().poll(cx) {
+                    std::task::Poll::Ready(wake) => Some(wake),
+                    std::task::Poll::Pending => None,
+                }) {
+                    Some(wake) => std::task::Poll::Ready(wake),
+                    None => std::task::Poll::Pending,
                 }
             })
-            .await;
+            .await
         }
     }
 }

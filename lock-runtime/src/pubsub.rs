@@ -89,14 +89,42 @@ pub(crate) enum Wake {
     /// The lock was handed to this waiter (the message is `~<waiter id>`): only it can take it,
     /// so the others stay asleep instead of each sending an attempt that cannot succeed.
     Only(Arc<str>),
+    /// The lock was granted to this waiter, under the token of its last attempt and with this
+    /// fence (the message is `~<waiter id> <token> <fence>`): it holds the lock already.
+    Granted(Arc<Grant>),
+}
+
+/// A lock granted by a release to the first waiter (see `scripts::RELEASE`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub waiter: String,
+    pub token: String,
+    pub fence: u64,
 }
 
 impl Wake {
     /// What a release message's payload says.
     pub(crate) fn of(payload: &[u8]) -> Self {
-        match payload.strip_prefix(b"~").map(std::str::from_utf8) {
-            Some(Ok(head)) => Self::Only(head.into()),
-            _ => Self::Everyone,
+        let Some(Ok(handed)) = payload.strip_prefix(b"~").map(std::str::from_utf8) else {
+            return Self::Everyone;
+        };
+        let mut parts = handed.split(' ');
+        match (parts.next(), parts.next(), parts.next().map(str::parse)) {
+            (Some(waiter), Some(token), Some(Ok(fence))) => Self::Granted(Arc::new(Grant {
+                waiter: waiter.to_owned(),
+                token: token.to_owned(),
+                fence,
+            })),
+            _ => Self::Only(handed.into()),
+        }
+    }
+
+    /// The waiter this wakes alone, if any.
+    fn only(&self) -> Option<&str> {
+        match self {
+            Self::Everyone => None,
+            Self::Only(waiter) => Some(waiter),
+            Self::Granted(grant) => Some(&grant.waiter),
         }
     }
 }
@@ -136,14 +164,15 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// Resolves on the next release message that may let `waiter` in: one that wakes everyone,
     /// or one that hands the lock to `waiter`. Without a waiter (not queued), on any message.
-    pub(crate) async fn released_for(&mut self, waiter: Option<&str>) {
+    pub(crate) async fn released_for(&mut self, waiter: Option<&str>) -> Wake {
         loop {
             if self.rx.changed().await.is_err() {
-                return;
+                return Wake::Everyone;
             }
-            match (&*self.rx.borrow_and_update(), waiter) {
-                (Wake::Only(head), Some(me)) if **head != *me => {}
-                _ => return,
+            let wake = self.rx.borrow_and_update();
+            match (wake.only(), waiter) {
+                (Some(head), Some(me)) if head != me => {}
+                _ => return wake.clone(),
             }
         }
     }
@@ -502,5 +531,31 @@ impl Notifications {
             }
         }
         Self::resubscribe(&Arc::downgrade(self));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Grant, Wake};
+
+    #[test]
+    fn release_messages_say_whom_they_wake() {
+        assert_eq!(Wake::of(b"3f2a;host=h;pid=1"), Wake::Everyone);
+        assert_eq!(
+            Wake::of(b"~w1;host=h;pid=1"),
+            Wake::Only("w1;host=h;pid=1".into())
+        );
+        let Wake::Granted(grant) = Wake::of(b"~w1;pid=1 t9;pid=1 1764000000000001") else {
+            panic!("a grant names the waiter, its token and the fence");
+        };
+        let want = Grant {
+            waiter: "w1;pid=1".into(),
+            token: "t9;pid=1".into(),
+            fence: 1_764_000_000_000_001,
+        };
+        assert_eq!(*grant, want);
+        // A fence that is not a number: only a wake-up for that waiter, which then asks.
+        assert_eq!(Wake::of(b"~w1 t9 x"), Wake::Only("w1 t9 x".into()));
+        assert_eq!(Wake::Granted(grant).only(), Some("w1;pid=1"));
     }
 }

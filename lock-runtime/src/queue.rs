@@ -28,6 +28,9 @@ pub(crate) struct QueuePlace {
     pub(crate) waiter: Waiter,
     /// Possibly in the queue (the acquire script removes a waiter that got in).
     queued: bool,
+    /// The token of this waiter's last attempt and when it was sent: a release may grant the
+    /// lock to it (see `scripts::RELEASE`).
+    pub(crate) last: Option<(String, Instant)>,
 }
 
 impl QueuePlace {
@@ -38,24 +41,32 @@ impl QueuePlace {
             waiter: Waiter {
                 id: crate::holder::value(suffix),
                 grace: waiter_grace(node),
+                previous: String::new(),
             },
             queued: false,
+            last: None,
         }
     }
 
-    /// The waiter for the next attempt, which may put it in the queue; a link that got slower
-    /// asks for a longer grace from now on.
-    pub(crate) fn join(&mut self) -> &Waiter {
+    /// The waiter for the next attempt, under `token`, which may put it in the queue; a link
+    /// that got slower asks for a longer grace from now on.
+    pub(crate) fn join(&mut self, token: &str) -> &Waiter {
         self.queued = true;
         self.waiter.grace = self.waiter.grace.max(waiter_grace(&self.node));
+        let previous = self.last.replace((token.to_owned(), Instant::now()));
+        self.waiter.previous = previous.map(|(t, _)| t).unwrap_or_default();
         &self.waiter
     }
 
-    /// Leaves the queue now (the wait ran out).
+    /// Leaves the queue now (the wait ran out), passing on a lock granted to it meanwhile.
     pub(crate) async fn leave(mut self) {
         if self.queued {
             self.queued = false;
-            let _ = self.node.leave_queue(&self.keys, &self.waiter.id).await;
+            let last = self.last.take().map(|(token, _)| token);
+            let _ = self
+                .node
+                .leave_queue(&self.keys, &self.waiter.id, last.as_deref())
+                .await;
         }
     }
 
@@ -71,13 +82,14 @@ impl Drop for QueuePlace {
             return;
         }
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (node, keys, waiter) = (
+            let (node, keys, waiter, last) = (
                 Arc::clone(&self.node),
                 self.keys.clone(),
                 std::mem::take(&mut self.waiter.id),
+                self.last.take().map(|(token, _)| token),
             );
             handle.spawn(async move {
-                let _ = node.leave_queue(&keys, &waiter).await;
+                let _ = node.leave_queue(&keys, &waiter, last.as_deref()).await;
             });
         }
     }

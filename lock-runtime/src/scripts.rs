@@ -9,7 +9,8 @@ use redis::Script;
 /// ARGV: 1 value (the token, also this attempt's nonce), 2 ttl ms, 3 fence quantum µs (1: one
 /// server; 1000000: a Redlock node), 4 fence counter retention ms (0: forever); then, only for a
 /// waiter: 5 waiter id, 6 waiter grace ms, 7 stale head to evict (empty: none), 8 the state that
-/// head was seen with.
+/// head was seen with, 9 the token of this waiter's previous attempt (a release may have granted
+/// the lock to it, see `RELEASE`; empty: none).
 ///
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
 /// the lock is free, or handed to another waiter, and that waiter is first in line; `{-1, type}`
@@ -17,10 +18,11 @@ use redis::Script;
 ///
 /// This is the path of waiters and of Redlock; an uncontended caller on one server takes the
 /// lock with plain commands (see `Node::acquire_fast`). Waiters queue in arrival order (a sorted
-/// set scored by arrival number). A release hands a lock with waiters to the first of them (the
-/// key's value becomes `~<waiter id>` for that waiter's grace, see `RELEASE`), so that nobody can
-/// cut in, not even with a plain `SET NX`. A waiter's state in the hash is `"<nonce> <grace ms>"`,
-/// re-written at every attempt. No server clock decides who is alive: a caller that saw the same
+/// set scored by arrival number). A release grants a lock with waiters to the first of them (the
+/// key's value becomes the token of that waiter's last attempt, see `RELEASE`), so that nobody
+/// can cut in, not even with a plain `SET NX`; an attempt that finds the lock granted to its
+/// previous token takes it over. A waiter's state in the hash is `"<nonce> <ttl ms> <grace ms>"`,
+/// re-written at every attempt (the nonce is the attempt's token). No server clock decides who is alive: a caller that saw the same
 /// head with the same state for longer than that head's grace (measured on its own monotonic
 /// clock) sends it back here to be evicted, and it is evicted (with any hand-over to it) only if
 /// its state has not changed since. The queue's keys also expire 4 graces after the last
@@ -54,7 +56,9 @@ if redis.call('EXISTS', KEYS[3]) == 1 then
 end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
-local handed = cur and waiter ~= '' and cur == '~' .. waiter
+-- Handed to this waiter: granted to its previous token, or (a release by an older version of
+-- this library) marked `~<waiter id>`.
+local handed = cur and waiter ~= '' and (cur == '~' .. waiter or (ARGV[9] ~= '' and cur == ARGV[9]))
 if handed or (not cur and not first) then
   local last = redis.pcall('GET', KEYS[2])
   if type(last) == 'table' or (last and not tonumber(last)) then
@@ -84,7 +88,7 @@ if waiter ~= '' then
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
     redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, waiter)
   end
-  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[6])
+  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[6])
   local keep = 4 * tonumber(ARGV[6])
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
@@ -129,19 +133,28 @@ return out
 /// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever),
 /// 6 the publish command: `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the message
 /// goes only to the primary of the lock's slot, where its waiters listen).
-/// Returns 1 when the key was ours, `~<waiter id>` when it was and went to that waiter, 0 when it
-/// was not (then nothing is touched).
+/// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
+/// that waiter (`~<waiter id>` when handed over the old way), 0 when it was not (then nothing is
+/// touched).
 ///
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
 ///   (which does not write it): only while the key is still ours, so a lost lease never moves
 ///   the counter back.
 /// - Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
 ///   released lease still on its way cannot stretch it back to the full ttl.
-/// - With waiters queued, the lock is handed to the first live one: the key's value becomes
-///   `~<waiter id>` for that waiter's grace, so that nobody cuts in (a plain `SET NX` fails), and
-///   `~<waiter id>` is published on `<key>:released`: only that waiter wakes to take it, the
-///   others sleep on (any other message wakes every waiter). With nobody queued nobody listens
-///   (a waiter queues before it waits), so nothing is published.
+/// - With waiters queued, the lock is granted to the first live one, taken out of the queue: the
+///   key's value becomes the token of that waiter's last attempt, for that waiter's grace (it
+///   extends the key to its ttl at once, in the background; a vanished waiter holds up the lock
+///   no longer than it would have kept its place), and
+///   its fence is computed here as the acquire script would (`max(counter + 1, clock in µs)`, also
+///   written to the counter, which keeps its expiry when no retention is given: a cancelled
+///   waiter passing the lock on does not know it). `~<waiter id> <token> <fence>` is published on `<key>:released`:
+///   that waiter holds the lock as soon as the message reaches it, with no attempt of its own
+///   (one round trip less per hand-off), and the others sleep on (any other message wakes every
+///   waiter). A waiter's state written by an older version (no ttl in it) gets the old hand-over
+///   instead: `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is
+///   not a number is not touched (the DEL path: the waiter's attempt reports it). With nobody
+///   queued nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -160,8 +173,28 @@ end
 if redis.call('EXISTS', KEYS[2]) == 1 then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
   local state = head and redis.call('HGET', KEYS[2] .. ':state', head)
-  if state then
-    local grace = string.match(state, ' (%d+)$') or '300'
+  local nonce, grace = nil, nil
+  if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
+  local last = redis.pcall('GET', KEYS[3])
+  if type(last) == 'table' or (last and not tonumber(last)) then nonce = nil end
+  if nonce then
+    redis.call('ZREM', KEYS[2], head)
+    redis.call('HDEL', KEYS[2] .. ':state', head)
+    redis.call('SET', KEYS[1], nonce, 'PX', grace)
+    local t = redis.call('TIME')
+    local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    local f = string.format('%d', fence)
+    if ARGV[5] ~= '0' then
+      redis.call('SET', KEYS[3], f, 'PX', ARGV[5])
+    else
+      redis.call('SET', KEYS[3], f, 'KEEPTTL')
+    end
+    local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
+    redis.call(ARGV[6], KEYS[1] .. ':released', grant)
+    return grant
+  end
+  if state and string.match(state, '^%S+ %d+$') then
+    local grace = string.match(state, ' (%d+)$')
     redis.call('SET', KEYS[1], '~' .. head, 'PX', grace)
     redis.call(ARGV[6], KEYS[1] .. ':released', '~' .. head)
     return '~' .. head

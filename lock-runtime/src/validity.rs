@@ -47,6 +47,9 @@ pub(crate) struct Granted {
     pub fence: u64,
     pub record_fence: bool,
     pub ttl: Duration,
+    /// How long the key was set for by the request sent at `started`: the ttl, or the waiter's
+    /// grace for a lock granted by a release (extended to the ttl by the first renewal).
+    pub set_for: Duration,
     pub renew: Duration,
     pub min_hold: Duration,
     pub started: Instant,
@@ -54,11 +57,11 @@ pub(crate) struct Granted {
 }
 
 impl LeaseState {
-    /// A lease valid until `started + ttl - drift`.
+    /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
         let drift = crate::drift(g.ttl);
         let (status, _) = watch::channel(Status {
-            valid_until: g.started + g.ttl.saturating_sub(drift),
+            valid_until: g.started + g.set_for.saturating_sub(crate::drift(g.set_for)),
             lost: None,
         });
         Self {

@@ -116,9 +116,9 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing `lease` (first renewal one renew period after the acquire was sent).
-    pub(crate) fn register(&self, lease: Arc<LeaseState>) -> Renewing {
-        let when = lease.started + lease.renew;
+    /// Starts renewing `lease`, first at `when` (one renew period after the acquire was sent;
+    /// sooner for a lock granted by a release, which holds the key for a grace only).
+    pub(crate) fn register(&self, lease: Arc<LeaseState>, when: Instant) -> Renewing {
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
         s.next_id += 1;
         let id = s.next_id;

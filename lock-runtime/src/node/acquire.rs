@@ -76,7 +76,7 @@ impl Node {
         req: &AcquireRequest<'_>,
     ) -> RedisResult<AcquireReply> {
         let key = &keys.key;
-        let mut cmd = evalsha(&scripts::ACQUIRE, 4, 12, 4 * key.len() + 160);
+        let mut cmd = evalsha(&scripts::ACQUIRE, 4, 13, 4 * key.len() + 220);
         cmd.arg(key)
             .arg(keys.fence())
             .arg(keys.queue())
@@ -91,7 +91,8 @@ impl Node {
             cmd.arg(&waiter.id)
                 .arg(waiter.grace.as_millis() as u64)
                 .arg(evict)
-                .arg(seen);
+                .arg(seen)
+                .arg(&waiter.previous);
         }
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);

@@ -27,11 +27,13 @@ mod setup;
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
 
-/// A waiter's identity in the queue and the grace it asks for.
+/// A waiter's identity in the queue, the grace it asks for, and the token of its previous
+/// attempt (empty: none), to which a release may have granted the lock.
 #[derive(Debug, Clone)]
 pub(crate) struct Waiter {
     pub id: String,
     pub grace: Duration,
+    pub previous: String,
 }
 
 /// How a release goes.
@@ -302,8 +304,13 @@ impl Node {
     }
 
     /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
-    /// that was handed to it.
-    pub(crate) async fn leave_queue(&self, keys: &Keys, waiter: &str) -> RedisResult<()> {
+    /// that was granted to its last attempt's token `last`, or handed to it the old way.
+    pub(crate) async fn leave_queue(
+        &self,
+        keys: &Keys,
+        waiter: &str,
+        last: Option<&str>,
+    ) -> RedisResult<()> {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
         pipe.cmd("ZREM").arg(keys.queue()).arg(waiter).ignore();
@@ -316,15 +323,26 @@ impl Node {
             pipe.query_async::<()>(&mut conn),
         )
         .await?;
-        // A lock handed to this waiter meanwhile goes on to the next one (or is freed).
-        let handed = format!("~{waiter}");
+        // A lock granted or handed to this waiter meanwhile goes on to the next one (or is freed).
         let how = Release {
             keep_ms: 0,
             always_publish: false,
             record_fence: 0,
             fence_retention_ms: 0,
         };
+        if let Some(token) = last
+            && self.release(&keys.key, token, &how).await?
+        {
+            return Ok(());
+        }
+        let handed = format!("~{waiter}");
         self.release(&keys.key, &handed, &how).await.map(|_| ())
+    }
+
+    /// Whether an acquire here waits for replicas' acknowledgements (then a lock granted by a
+    /// release is taken over by an attempt of the waiter's own, which waits for them).
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        self.replicas > 0
     }
 
     /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
