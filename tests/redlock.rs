@@ -733,13 +733,21 @@ async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
         s.restart();
     }
     let fence_key = format!("{}:fence", locker.key_of("snap"));
+    // Every lease was granted by a majority, whose counters were written before it was handed
+    // out, so at least two nodes saved one; a node that lagged (a loaded machine) may have
+    // saved none.
+    let mut saved = 0;
     for i in 0..3 {
-        let counter: u64 = nodes.get(i, &fence_key).await.unwrap().parse().unwrap();
-        assert!(
-            counter < fences[5],
-            "node {i} came back with the older counter"
-        );
+        if let Some(counter) = nodes.get(i, &fence_key).await {
+            let counter: u64 = counter.parse().unwrap();
+            assert!(
+                counter < fences[5],
+                "node {i} came back with the older counter"
+            );
+            saved += 1;
+        }
     }
+    assert!(saved >= 2, "only {saved} nodes came back with a counter");
     let until = Instant::now() + ms(5_000);
     for _ in 0..3 {
         let lease = loop {
