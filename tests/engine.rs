@@ -798,6 +798,53 @@ async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
     }
 }
 
+/// A grant sets the key for the waiter's grace only (a vanished grantee holds the lock up no
+/// longer than it would have kept its place); the grantee's lease extends it to the ttl on its
+/// own, well before the grace ends, and a hold longer than the grace keeps the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
+    let env = Env::start().await;
+    let name = "granted-long";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let waiter_locker = env.second_locker().await;
+    let waiter = tokio::spawn(async move {
+        waiter_locker
+            .acquire(name, &opts(10_000).with_wait(ms(5_000)))
+            .await
+            .unwrap()
+    });
+    eventually(ms(2_000), "the waiter queued", || async {
+        queue_len(&env, name).await == 1
+    })
+    .await;
+    holder.release().await.unwrap();
+    // The grant itself: the waiter's token, for about its grace (300 ms and a few round trips).
+    let granted_pttl = env.pttl(&key).await;
+    assert!(
+        (0..=1_000).contains(&granted_pttl),
+        "granted for the grace, not the ttl: pttl {granted_pttl} ms"
+    );
+    let lease = tokio::time::timeout(ms(2_000), waiter)
+        .await
+        .expect("the grantee holds the lock")
+        .unwrap();
+    assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
+    eventually(
+        ms(1_000),
+        "the grantee extended its key to the ttl",
+        || async { env.pttl(&key).await > 5_000 },
+    )
+    .await;
+    assert!(lease.deadline() > Instant::now() + ms(5_000));
+    // Well past the grace: still held, by the same token.
+    tokio::time::sleep(ms(700)).await;
+    assert!(lease.is_held());
+    assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
+    lease.release().await.unwrap();
+    assert!(!env.exists(&key).await);
+}
+
 /// A release grants the lock to the first waiter under its last attempt's token; if that waiter
 /// is cancelled before the grant's message reaches it, dropping it passes the lock on to the next
 /// waiter at once, not at the end of the grant's ttl. The first waiter runs on a runtime of its
