@@ -173,7 +173,8 @@ impl Acquirer {
                 // is still seen. Without pub/sub, the PTTL timer below still wakes us.
                 let lock_name = name.as_deref().unwrap_or_default();
                 let channel = keys.channel().to_string();
-                subscriptions = Some(self.quorum.subscribe_all(&channel, lock_name).await);
+                let waiter = place.as_ref().map(|p| p.waiter.id.as_str());
+                subscriptions = Some(self.quorum.subscribe_all(&channel, lock_name, waiter).await);
                 continue;
             }
             let mut retry_at = match retry_after {
@@ -194,10 +195,9 @@ impl Acquirer {
                 retry_at = retry_at.min(now + poll + jitter(poll));
             }
             let subs = subscriptions.as_mut().expect("subscribed above");
-            let me = place.as_ref().map(|p| p.waiter.id.as_str());
             let woke = tokio::select! {
                 () = tokio::time::sleep_until(retry_at.min(wait_until)) => None,
-                wake = any_changed(subs, &busy_nodes, me) => Some(wake),
+                wake = any_changed(subs, &busy_nodes) => Some(wake),
             };
             // Granted by the release itself: ours without another round trip.
             if let (Some(Wake::Granted(grant)), Some(place)) = (&woke, &place)
@@ -407,16 +407,12 @@ impl Acquirer {
     }
 }
 
-/// Resolves on a release message from one of the `busy` servers that may let `waiter` (this
-/// caller's place in the queue, if it has one) in. Messages from the others are ignored: they
-/// cannot turn the next attempt into a success, and among them are the releases of this waiter's
-/// own partial grants, which would otherwise wake it again and again (a busy loop for as long as
-/// someone else holds the majority). So is a lock handed to another waiter.
-async fn any_changed(
-    subs: &mut [(usize, Subscription)],
-    busy: &[usize],
-    waiter: Option<&str>,
-) -> Wake {
+/// Resolves on a release message from one of the `busy` servers (a lock handed to another
+/// waiter does not even reach this one). Messages from the others are ignored: they cannot turn
+/// the next attempt into a success, and among them are the releases of this waiter's own partial
+/// grants, which would otherwise wake it again and again (a busy loop for as long as someone else
+/// holds the majority).
+async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) -> Wake {
     let mut relevant: Vec<&mut Subscription> = subs
         .iter_mut()
         .filter(|(i, _)| busy.contains(i))
@@ -424,13 +420,10 @@ async fn any_changed(
         .collect();
     match relevant.as_mut_slice() {
         [] => std::future::pending().await,
-        [one] => one.released_for(waiter).await,
+        [one] => one.released().await,
         many => {
             // Keep every future alive across polls: dropping one unregisters its waker.
-            let mut waits: Vec<_> = many
-                .iter_mut()
-                .map(|s| Box::pin(s.released_for(waiter)))
-                .collect();
+            let mut waits: Vec<_> = many.iter_mut().map(|s| Box::pin(s.released())).collect();
             std::future::poll_fn(|cx| {
                 match waits.iter_mut().find_map(|w| match w.as_mut().poll(cx) {
                     std::task::Poll::Ready(wake) => Some(wake),

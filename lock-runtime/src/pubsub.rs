@@ -78,6 +78,8 @@ pub(crate) struct Notifications {
     channels: Mutex<HashMap<String, Channel>>,
     /// Bumped on every lost connection: a SUBSCRIBE confirmed on an older one does not count.
     epoch: AtomicU64,
+    /// Ids of `Subscription`s.
+    next_listener: AtomicU64,
 }
 
 /// Whom a release message wakes.
@@ -130,15 +132,39 @@ impl Wake {
 }
 
 struct Channel {
-    tx: watch::Sender<Wake>,
-    /// Live `Subscription`s: the channel is wanted while this is above zero.
-    waiters: usize,
+    /// The live `Subscription`s: the channel is wanted while there is one.
+    listeners: Vec<Listener>,
     /// What the server has, as far as we know.
     server: OnServer,
     /// Held while a SUBSCRIBE or UNSUBSCRIBE of this channel is decided and sent, so that they
     /// reach the server in the order decided: a late UNSUBSCRIBE never undoes a newer waiter's
     /// subscription. One per channel, so channels do not wait for each other.
     order: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// One `Subscription`'s end in its channel.
+struct Listener {
+    id: u64,
+    /// The queued waiter it belongs to; `None` (not queued): woken by every message.
+    waiter: Option<Arc<str>>,
+    tx: watch::Sender<Wake>,
+}
+
+impl Channel {
+    /// Passes `wake` to the listeners it concerns: all, or only the waiter it names (and those
+    /// not queued), so that no other waiter's task even wakes up.
+    fn wake(&self, wake: Wake) {
+        let only = wake.only();
+        for listener in &self.listeners {
+            let concerned = match (only, listener.waiter.as_deref()) {
+                (Some(head), Some(waiter)) => head == waiter,
+                _ => true,
+            };
+            if concerned {
+                listener.tx.send_replace(wake.clone());
+            }
+        }
+    }
 }
 
 /// Whether the server has a subscription to a channel.
@@ -150,31 +176,25 @@ enum OnServer {
     Yes,
 }
 
-/// Held while waiting for a release message; `rx` changes on every message, to whom it wakes.
-/// Dropping it (also
-/// mid-SUBSCRIBE) only lowers the channel's count; the server is brought in line by
+/// Held while waiting for a release message; `rx` changes on every message that concerns its
+/// waiter: one that wakes everyone, or one that hands the lock to it. Dropping it (also
+/// mid-SUBSCRIBE) only takes it out of its channel; the server is brought in line by
 /// [`Notifications::reconcile`], which runs in a task of its own, so a cancelled waiter can never
 /// leave a subscription behind.
 pub(crate) struct Subscription {
     owner: Arc<Notifications>,
     channel: String,
+    id: u64,
     pub(crate) rx: watch::Receiver<Wake>,
 }
 
 impl Subscription {
-    /// Resolves on the next release message that may let `waiter` in: one that wakes everyone,
-    /// or one that hands the lock to `waiter`. Without a waiter (not queued), on any message.
-    pub(crate) async fn released_for(&mut self, waiter: Option<&str>) -> Wake {
-        loop {
-            if self.rx.changed().await.is_err() {
-                return Wake::Everyone;
-            }
-            let wake = self.rx.borrow_and_update();
-            match (wake.only(), waiter) {
-                (Some(head), Some(me)) if head != me => {}
-                _ => return wake.clone(),
-            }
+    /// Resolves on the next release message for this subscription's waiter.
+    pub(crate) async fn released(&mut self) -> Wake {
+        if self.rx.changed().await.is_err() {
+            return Wake::Everyone;
         }
+        self.rx.borrow_and_update().clone()
     }
 }
 
@@ -185,8 +205,8 @@ impl Drop for Subscription {
             let Some(channel) = channels.get_mut(&self.channel) else {
                 return;
             };
-            channel.waiters -= 1;
-            channel.waiters == 0
+            channel.listeners.retain(|l| l.id != self.id);
+            channel.listeners.is_empty()
         };
         if idle && let Ok(handle) = tokio::runtime::Handle::try_current() {
             let owner = Arc::downgrade(&self.owner);
@@ -212,6 +232,7 @@ impl Notifications {
             connecting: tokio::sync::Mutex::new(()),
             channels: Mutex::default(),
             epoch: AtomicU64::new(0),
+            next_listener: AtomicU64::new(0),
         }
     }
 
@@ -219,28 +240,36 @@ impl Notifications {
     /// round trip. The SUBSCRIBE itself is sent by [`Self::reconcile`] in a task of its own:
     /// dropping this future mid-way is harmless. The subscription is returned with the first
     /// SUBSCRIBE's outcome; after a failure it keeps being retried in the background for as long
-    /// as the subscription is held.
+    /// as the subscription is held. `waiter` is the caller's place in the lock's queue, if it
+    /// has one: a lock handed to another waiter does not wake it.
     pub(crate) async fn subscribe(
         self: &Arc<Self>,
         channel: &str,
+        waiter: Option<&str>,
     ) -> (Subscription, RedisResult<()>) {
-        let (rx, subscribed) = {
+        let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = watch::channel(Wake::Everyone);
+        let subscribed = {
             let mut channels = self.channels.lock().expect("channels lock");
             let entry = channels
                 .entry(channel.to_owned())
                 .or_insert_with(|| Channel {
-                    tx: watch::channel(Wake::Everyone).0,
-                    waiters: 0,
+                    listeners: Vec::new(),
                     server: OnServer::No,
                     order: Arc::default(),
                 });
-            entry.waiters += 1;
-            (entry.tx.subscribe(), entry.server == OnServer::Yes)
+            entry.listeners.push(Listener {
+                id,
+                waiter: waiter.map(Arc::from),
+                tx,
+            });
+            entry.server == OnServer::Yes
         };
-        // From here on the subscription is counted, so dropping it undoes the count.
+        // From here on the subscription is in its channel, so dropping it takes it out.
         let sub = Subscription {
             owner: Arc::clone(self),
             channel: channel.to_owned(),
+            id,
             rx,
         };
         if !subscribed {
@@ -263,7 +292,7 @@ impl Notifications {
             return;
         }
         if let Some(channel) = channels.get(&crate::keys::channel_of(key).to_string()) {
-            channel.tx.send_replace(wake);
+            channel.wake(wake);
         }
     }
 
@@ -280,7 +309,7 @@ impl Notifications {
                         Some(Value::BulkString(payload)) => Wake::of(payload),
                         _ => Wake::Everyone,
                     };
-                    channel.tx.send_replace(wake);
+                    channel.wake(wake);
                 }
             }
             // The server dropped a sharded subscription by itself (its slot moved to another
@@ -289,17 +318,17 @@ impl Notifications {
                 if let Some(Value::BulkString(name)) = push.data.first()
                     && let Ok(name) = std::str::from_utf8(name)
                     && let Some(channel) = channels.get_mut(name)
-                    && channel.waiters > 0
+                    && !channel.listeners.is_empty()
                 {
                     channel.server = OnServer::No;
-                    channel.tx.send_replace(Wake::Everyone);
+                    channel.wake(Wake::Everyone);
                     return Some(name.to_owned());
                 }
             }
             // A dropped connection may have lost a release message: wake everyone to retry.
             PushKind::Disconnection => {
                 for channel in channels.values() {
-                    channel.tx.send_replace(Wake::Everyone);
+                    channel.wake(Wake::Everyone);
                 }
             }
             _ => {}
@@ -336,7 +365,7 @@ impl Notifications {
                 match channels.get(&channel) {
                     // The entry was removed and made again meanwhile: take its own lock.
                     Some(c) if !Arc::ptr_eq(&c.order, &order) => continue,
-                    Some(c) => (c.waiters > 0, c.server),
+                    Some(c) => (!c.listeners.is_empty(), c.server),
                     None => return,
                 }
             };
@@ -357,7 +386,10 @@ impl Notifications {
                 }
                 (false, OnServer::No) => {
                     let mut channels = me.channels.lock().expect("channels lock");
-                    if channels.get(&channel).is_some_and(|c| c.waiters == 0) {
+                    if channels
+                        .get(&channel)
+                        .is_some_and(|c| c.listeners.is_empty())
+                    {
                         channels.remove(&channel);
                     }
                     return;
@@ -441,7 +473,7 @@ impl Notifications {
             }
             channels
                 .iter()
-                .filter(|(_, c)| c.waiters > 0)
+                .filter(|(_, c)| !c.listeners.is_empty())
                 .map(|(name, _)| name.clone())
                 .collect()
         };
@@ -527,7 +559,7 @@ impl Notifications {
         {
             let channels = self.channels.lock().expect("channels lock");
             for channel in channels.values() {
-                channel.tx.send_replace(Wake::Everyone);
+                channel.wake(Wake::Everyone);
             }
         }
         Self::resubscribe(&Arc::downgrade(self));
@@ -536,7 +568,45 @@ impl Notifications {
 
 #[cfg(test)]
 mod tests {
-    use super::{Grant, Wake};
+    use std::sync::Arc;
+
+    use tokio::sync::watch;
+
+    use super::{Channel, Grant, Listener, OnServer, Wake};
+
+    #[test]
+    fn a_hand_over_reaches_only_its_waiter_and_those_not_queued() {
+        let mut channel = Channel {
+            listeners: Vec::new(),
+            server: OnServer::Yes,
+            order: Arc::default(),
+        };
+        let mut rxs = Vec::new();
+        for (id, waiter) in [(0, Some("a")), (1, Some("b")), (2, None)] {
+            let (tx, rx) = watch::channel(Wake::Everyone);
+            channel.listeners.push(Listener {
+                id,
+                waiter: waiter.map(Arc::from),
+                tx,
+            });
+            rxs.push(rx);
+        }
+        let woken = |rxs: &mut Vec<watch::Receiver<Wake>>| -> Vec<bool> {
+            rxs.iter_mut()
+                .map(|rx| {
+                    let changed = rx.has_changed().unwrap();
+                    rx.borrow_and_update();
+                    changed
+                })
+                .collect()
+        };
+        channel.wake(Wake::of(b"~b t 7"));
+        assert_eq!(woken(&mut rxs), [false, true, true]);
+        channel.wake(Wake::of(b"~a"));
+        assert_eq!(woken(&mut rxs), [true, false, true]);
+        channel.wake(Wake::Everyone);
+        assert_eq!(woken(&mut rxs), [true, true, true]);
+    }
 
     #[test]
     fn release_messages_say_whom_they_wake() {

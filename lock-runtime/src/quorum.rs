@@ -606,15 +606,18 @@ impl Quorum {
     }
 
     /// Subscribes to the release channel on every server at once (one that is down must not
-    /// delay the others); returns the subscriptions with their server's index.
+    /// delay the others), for `waiter` (the caller's place in the queue, if any); returns the
+    /// subscriptions with their server's index.
     pub(crate) async fn subscribe_all(
         &self,
         channel: &str,
         name: &str,
+        waiter: Option<&str>,
     ) -> Vec<(usize, Subscription)> {
         let results = Fanout::new(self.nodes.iter().map(|node| {
             let (node, channel) = (Arc::clone(node), channel.to_owned());
-            async move { node.subscribe(&channel).await }
+            let waiter = waiter.map(str::to_owned);
+            async move { node.subscribe(&channel, waiter.as_deref()).await }
         }))
         .all()
         .await;

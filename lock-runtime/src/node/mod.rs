@@ -396,8 +396,12 @@ impl Node {
     }
 
     /// Subscribes to a release channel of this server (see [`Notifications::subscribe`]).
-    pub(crate) async fn subscribe(&self, channel: &str) -> (Subscription, RedisResult<()>) {
-        self.notifications.subscribe(channel).await
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        waiter: Option<&str>,
+    ) -> (Subscription, RedisResult<()>) {
+        self.notifications.subscribe(channel, waiter).await
     }
 }
 
