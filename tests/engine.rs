@@ -935,6 +935,48 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
     assert!(!env.exists(&key).await);
 }
 
+/// A rolling upgrade: a waiter of an older version (its state in the queue has no ttl) is not
+/// sent a grant it would not understand; it gets the old hand-over, `~<waiter id>` for its grace,
+/// which its next attempt takes (and which goes on to others once that grace is over).
+#[tokio::test]
+async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
+    let env = Env::start().await;
+    let name = "old-waiter";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let mut raw = env.raw.clone();
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(1)
+        .arg("elder")
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
+        .arg("elder")
+        .arg("nonce 300")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    holder.release().await.unwrap();
+    assert_eq!(env.get(&key).await.as_deref(), Some("~elder"));
+    let pttl = env.pttl(&key).await;
+    assert!(
+        (0..=300).contains(&pttl),
+        "handed over for its grace: {pttl}"
+    );
+    // The elder never comes back: a waiter of this version gets the lock after its grace.
+    let start = Instant::now();
+    let lease = env
+        .locker
+        .acquire(name, &opts(10_000).with_wait(ms(5_000)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
+    lease.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let env = Env::start().await;
