@@ -689,6 +689,26 @@ async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
     );
 }
 
+/// Puts waiter `id` first in the queue of the lock `key`, as a waiter of an older version that
+/// then stopped coming back: a last attempt's nonce and a grace of 300 ms, and no ttl.
+async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
+    let mut raw = env.raw.clone();
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(1)
+        .arg(id)
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
+        .arg(id)
+        .arg("nonce 300")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
 async fn queue_len(env: &Env, name: &str) -> i64 {
     let mut raw = env.raw.clone();
     redis::cmd("ZCARD")
@@ -944,21 +964,7 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
     let name = "old-waiter";
     let key = env.key(name);
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
-    let mut raw = env.raw.clone();
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters"))
-        .arg(1)
-        .arg("elder")
-        .ignore()
-        .cmd("HSET")
-        .arg(format!("{key}:waiters:state"))
-        .arg("elder")
-        .arg("nonce 300")
-        .ignore()
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    queue_stalled_waiter(&env, &key, "elder").await;
     holder.release().await.unwrap();
     assert_eq!(env.get(&key).await.as_deref(), Some("~elder"));
     let pttl = env.pttl(&key).await;
@@ -981,23 +987,9 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
 async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let env = Env::start().await;
     let key = env.key("phantom");
-    let mut raw = env.raw.clone();
     // A waiter that queued and then vanished (crashed without leaving the queue): first in
     // line, with a last attempt's nonce and a grace of 300 ms that it will never renew.
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters"))
-        .arg(1)
-        .arg("ghost")
-        .ignore()
-        .cmd("HSET")
-        .arg(format!("{key}:waiters:state"))
-        .arg("ghost")
-        .arg("nonce 300")
-        .ignore()
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    queue_stalled_waiter(&env, &key, "ghost").await;
     // The fault is real: the lock is free, yet a newcomer is refused while the ghost is first.
     let err = env
         .locker
