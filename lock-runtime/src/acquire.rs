@@ -275,7 +275,7 @@ impl Acquirer {
         }
         self.stale_heads.forget(&keys.key);
         // The grant was made after that attempt reached the server, for the waiter's grace: the
-        // key lives at least until `sent + grace`; the first renewal, sent at once, extends it.
+        // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
         if Instant::now() >= *sent + grace.saturating_sub(crate::drift(grace)) {
             self.quorum.forget(keys, token);

@@ -22,11 +22,11 @@ use redis::Script;
 /// key's value becomes the token of that waiter's last attempt, see `RELEASE`), so that nobody
 /// can cut in, not even with a plain `SET NX`; an attempt that finds the lock granted to its
 /// previous token takes it over. A waiter's state in the hash is `"<nonce> <ttl ms> <grace ms>"`,
-/// re-written at every attempt (the nonce is the attempt's token). No server clock decides who is alive: a caller that saw the same
-/// head with the same state for longer than that head's grace (measured on its own monotonic
-/// clock) sends it back here to be evicted, and it is evicted (with any hand-over to it) only if
-/// its state has not changed since. The queue's keys also expire 4 graces after the last
-/// waiter's attempt, for when everyone left.
+/// re-written at every attempt (the nonce is the attempt's token). No server clock decides who
+/// is alive: a caller that saw the same head with the same state for longer than that head's
+/// grace (measured on its own monotonic clock) sends it back here to be evicted, and it is
+/// evicted (with any hand-over to it) only if its state has not changed since. The queue's keys
+/// also expire 4 graces after the last waiter's attempt, for when everyone left.
 ///
 /// Fences: `max(counter + 1, floor)`, with `floor` the server's clock in µs. A fence never
 /// exceeds the clock at the moment it is handed out (fewer than one acquisition per µs), so even
@@ -143,18 +143,19 @@ return out
 /// - Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
 ///   released lease still on its way cannot stretch it back to the full ttl.
 /// - With waiters queued, the lock is granted to the first live one, taken out of the queue: the
-///   key's value becomes the token of that waiter's last attempt, for that waiter's grace (it
-///   extends the key to its ttl at once, in the background; a vanished waiter holds up the lock
-///   no longer than it would have kept its place), and
-///   its fence is computed here as the acquire script would (`max(counter + 1, clock in µs)`, also
-///   written to the counter, which keeps its expiry when no retention is given: a cancelled
-///   waiter passing the lock on does not know it). `~<waiter id> <token> <fence>` is published on `<key>:released`:
-///   that waiter holds the lock as soon as the message reaches it, with no attempt of its own
-///   (one round trip less per hand-off), and the others sleep on (any other message wakes every
-///   waiter). A waiter's state written by an older version (no ttl in it) gets the old hand-over
-///   instead: `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is
-///   not a number is not touched (the DEL path: the waiter's attempt reports it). With nobody
-///   queued nobody listens (a waiter queues before it waits), so nothing is published.
+///   key's value becomes the token of that waiter's last attempt, for that waiter's grace (its
+///   lease extends the key to the ttl half-way through what is left of the grace; a vanished
+///   waiter holds up the lock no longer than it would have kept its place), and its fence is
+///   computed here as the acquire script would (`max(counter + 1, clock in µs)`, also written to
+///   the counter, which keeps its expiry when no retention is given: a cancelled waiter passing
+///   the lock on does not know it). `~<waiter id> <token> <fence>` is published on
+///   `<key>:released`: that waiter holds the lock as soon as the message reaches it, with no
+///   attempt of its own (one round trip less per hand-off), and the others sleep on (any other
+///   message wakes every waiter). A waiter's state written by an older version (no ttl in it)
+///   gets the old hand-over instead: `~<waiter id>` for its grace, taken by the waiter's next
+///   attempt. A counter that is not a number is not touched (the DEL path: the waiter's attempt
+///   reports it). With nobody queued nobody listens (a waiter queues before it waits), so nothing
+///   is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
