@@ -287,3 +287,84 @@ async fn the_generated_future_is_send_and_spawnable() {
         .unwrap();
     assert_eq!(v, 1);
 }
+
+#[distributed_lock(name = "fenced", ttl = "5s", locker = locker, guard = lease)]
+async fn fenced(locker: &Locker) -> Result<u64, AppError> {
+    Ok(lease.fence())
+}
+
+/// A guard-less body cannot see its lease; a nested call inside it that can see one gets it.
+#[distributed_lock(name = "fenced", ttl = "5s", locker = locker)]
+async fn unguarded(
+    locker: &Locker,
+    env: &Env,
+    nested: bool,
+) -> Result<(Option<String>, Option<u64>), AppError> {
+    let counter = env.get(&format!("{}:fence", env.key("fenced"))).await;
+    let fence = match nested {
+        true => Some(fenced(locker).await?),
+        false => None,
+    };
+    Ok((counter, fence))
+}
+
+#[tokio::test]
+async fn a_body_without_guard_takes_no_fence_and_a_nested_guarded_call_gets_a_greater_one() {
+    let env = Env::start().await;
+    let counter_key = format!("{}:fence", env.key("fenced"));
+    let first = fenced(&env.locker).await.unwrap();
+    assert_eq!(env.get(&counter_key).await, Some(first.to_string()));
+
+    // Unguarded: neither the clock nor the counter is read, nor the counter written.
+    env.reset_stats().await;
+    let (seen, _) = unguarded(&env.locker, &env, false).await.unwrap();
+    assert_eq!(seen, Some(first.to_string()));
+    assert_eq!(env.get(&counter_key).await, Some(first.to_string()));
+    assert_eq!(env.calls("time").await, 0, "no fence, no clock");
+    assert!(!env.exists(&env.key("fenced")).await, "released");
+
+    // A nested guarded call computes the fence while the outer call holds the key.
+    let (_, nested) = unguarded(&env.locker, &env, true).await.unwrap();
+    let nested = nested.unwrap();
+    assert!(nested > first, "{nested} after {first}");
+    assert_eq!(env.get(&counter_key).await, Some(nested.to_string()));
+    let last = fenced(&env.locker).await.unwrap();
+    assert!(last > nested, "{last} after {nested}");
+}
+
+/// Whose nested guarded call finds the key taken by someone else: the fence is refused.
+#[distributed_lock(name = "fenced", ttl = "5s", locker = locker)]
+async fn unguarded_then_stolen(locker: &Locker, env: &Env) -> Result<u64, AppError> {
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(env.key("fenced"))
+        .arg("someone-else")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    fenced(locker).await
+}
+
+#[tokio::test]
+async fn a_nested_fence_is_not_computed_for_a_key_that_is_no_longer_ours() {
+    let env = Env::start().await;
+    let counter_key = format!("{}:fence", env.key("fenced"));
+    let first = fenced(&env.locker).await.unwrap();
+    let out = unguarded_then_stolen(&env.locker, &env).await;
+    assert!(
+        matches!(
+            out,
+            Err(AppError::Lock(LockError::Lost {
+                reason: LostReason::NotOwner,
+                ..
+            }))
+        ),
+        "{out:?}"
+    );
+    // Nothing of the other holder's was touched: its value, and the counter.
+    assert_eq!(
+        env.get(&env.key("fenced")).await.as_deref(),
+        Some("someone-else")
+    );
+    assert_eq!(env.get(&counter_key).await, Some(first.to_string()));
+}

@@ -7,10 +7,16 @@ use rslock::LockManager;
 use crate::raw::{RELEASE_LUA, load_script, raw_connection, raw_release, raw_take};
 use crate::{CYCLE_OPTS, CYCLE_TTL, CYCLE_TTL_MS};
 
-/// The attribute's cycle, with an empty body.
+/// The attribute's cycle, with an empty body (no guard: no fence is computed).
 #[distributed_lock(name = "{job}", ttl = "10s", locker = locker)]
 async fn locked_noop(locker: &Locker, job: &str) -> Result<(), LockError> {
     Ok(())
+}
+
+/// The attribute's cycle with a guard whose fence the body reads.
+#[distributed_lock(name = "{job}", ttl = "10s", locker = locker, guard = lease)]
+async fn locked_fence(locker: &Locker, job: &str) -> Result<u64, LockError> {
+    Ok(lease.fence())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -27,8 +33,10 @@ pub(crate) enum Cycle {
     Acquire,
     /// `Locker::run` with an empty body.
     Run,
-    /// `#[distributed_lock]` with an empty body.
+    /// `#[distributed_lock]` with an empty body, without `guard`.
     Attr,
+    /// `#[distributed_lock]` with `guard`, returning the fence.
+    AttrFenced,
 }
 
 impl Cycle {
@@ -40,6 +48,7 @@ impl Cycle {
             Cycle::Acquire => "acquire+release",
             Cycle::Run => "run",
             Cycle::Attr => "attribute",
+            Cycle::AttrFenced => "attribute with guard",
         }
     }
 }
@@ -155,5 +164,9 @@ pub(crate) async fn one_cycle(
             .await
             .expect("run"),
         Cycle::Attr => locked_noop(&t.locker, name).await.expect("attribute"),
+        Cycle::AttrFenced => {
+            let fence = locked_fence(&t.locker, name).await.expect("attribute");
+            assert!(fence > 0, "attribute with guard: no fence");
+        }
     }
 }

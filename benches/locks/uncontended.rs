@@ -30,6 +30,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         Cycle::Acquire,
         Cycle::Run,
         Cycle::Attr,
+        Cycle::AttrFenced,
     ];
     let one = Comparison::run(&t, &kinds, 1, cfg.slice, cfg.rounds).await;
     let floor = format!("{} ({FLOOR})", rate(one.rate(Cycle::Floor)));
@@ -41,7 +42,12 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
             0.95,
         ),
         ("1b", "Locker::run, empty body", Cycle::Run, 0.95),
-        ("1c", "#[distributed_lock], empty body", Cycle::Attr, 0.93),
+        (
+            "1c",
+            "#[distributed_lock], empty body, no guard",
+            Cycle::Attr,
+            0.93,
+        ),
     ];
     for (id, case, kind, target) in rows {
         let ratio = one.ratio(kind, Cycle::Floor);
@@ -55,6 +61,15 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
             verdict(ratio >= target),
         );
     }
+    report.row(
+        "1g",
+        &format!("uncontended, 1 task, {place}: #[distributed_lock] with guard (fence read)"),
+        rate(one.rate(Cycle::AttrFenced)),
+        floor.clone(),
+        one.ratio_text(Cycle::AttrFenced, Cycle::Floor),
+        "(diagnostic)",
+        Verdict::Info,
+    );
     report.row(
         "1d",
         &format!("uncontended, 1 task, {place}: floor + fence INCR + PUBLISH, as 2 scripts"),
@@ -131,7 +146,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         let ratio = cmp.server_cpu_ratio(Cycle::Attr, Cycle::Floor);
         report.row(
             id,
-            &format!("server CPU per cycle, {tasks}, {place}: #[distributed_lock]"),
+            &format!("server CPU per cycle, {tasks}, {place}: #[distributed_lock], no guard"),
             format!("{:.1} µs", cmp.cpu_us(Cycle::Attr).1),
             format!("{:.1} µs ({FLOOR})", cmp.cpu_us(Cycle::Floor).1),
             format!("{ratio:.2}"),
@@ -159,7 +174,13 @@ async fn notes(
     );
     // Every other kind does at least the floor's work; faster than it means the cost of waking
     // threads across CPUs dominates (see the module docs of main.rs).
-    let others = [Cycle::Rslock, Cycle::Acquire, Cycle::Run, Cycle::Attr];
+    let others = [
+        Cycle::Rslock,
+        Cycle::Acquire,
+        Cycle::Run,
+        Cycle::Attr,
+        Cycle::AttrFenced,
+    ];
     if others.iter().any(|&k| one.ratio(k, Cycle::Floor) > 1.05) {
         text.push_str(
             ". WARNING: a cycle that does more work than the floor came out faster than it: on \
@@ -189,7 +210,8 @@ async fn notes(
                 Cycle::Rslock,
                 Cycle::Acquire,
                 Cycle::Run,
-                Cycle::Attr
+                Cycle::Attr,
+                Cycle::AttrFenced
             ]
         )
     ));
@@ -213,6 +235,7 @@ async fn notes(
         Cycle::Acquire,
         Cycle::Run,
         Cycle::Attr,
+        Cycle::AttrFenced,
     ] {
         profile.push(format!(
             "{}: {}",

@@ -252,7 +252,12 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
         }
     }
     let template = &config.template;
-    quote!(#chain.with_template(#template))
+    chain = quote!(#chain.with_template(#template));
+    // Without a guard the body cannot see its lease, so nobody could read a fence.
+    if config.guard.is_none() {
+        chain = quote!(#chain.without_fence());
+    }
+    chain
 }
 
 /// The type for `run::<R, _>`, so that `?` and `Ok(..)` in the body infer. `impl Trait` cannot be

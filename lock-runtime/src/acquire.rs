@@ -310,6 +310,7 @@ impl Acquirer {
             validity,
             waiter,
             evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
+            fenced: opts.fenced(),
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {

@@ -29,7 +29,7 @@ impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
             .field("name", &self.state.name)
-            .field("fence", &self.state.fence)
+            .field("fence", &self.state.fence())
             .field("held", &self.is_held())
             .finish_non_exhaustive()
     }
@@ -72,7 +72,7 @@ impl Lease {
     /// The fencing token: grows with every acquisition of this name. Give it to your storage so
     /// that it can refuse writes carrying a lower fence than one it has already seen.
     pub fn fence(&self) -> u64 {
-        self.state.fence
+        self.state.fence()
     }
 
     /// Until when the lease is known to be held (monotonic clock); moves forward with each

@@ -91,7 +91,7 @@ impl Locker {
         check_name(name, self.inner.format)?;
         let key = self.key_of(name);
         if let Some(held) = crate::held::find(self.id(), &key) {
-            return Ok(self.nested(held));
+            return self.nested(held, opts).await;
         }
         self.inner
             .acquirer
@@ -172,12 +172,14 @@ impl Locker {
         let call = async {
             let begun = tokio::time::Instant::now();
             if let Some(held) = crate::held::find(self.id(), &key) {
-                span.record("fence", held.fence).record("waited_ms", 0);
-                return crate::run::run_body(self.nested(held), opts, body).await;
+                let lease = self.nested(held, opts).await?;
+                record_fence(&span, &lease);
+                span.record("waited_ms", 0);
+                return crate::run::run_body(lease, opts, body).await;
             }
             let lease = self.inner.acquirer.acquire(key, name, opts).await?;
-            span.record("fence", lease.fence())
-                .record("waited_ms", begun.elapsed().as_millis() as u64);
+            record_fence(&span, &lease);
+            span.record("waited_ms", begun.elapsed().as_millis() as u64);
             let state = Arc::clone(&lease.state);
             crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body)).await
         };
@@ -186,9 +188,25 @@ impl Locker {
         out
     }
 
-    /// The lease this task already holds, seen again by a nested call.
-    fn nested(&self, held: Arc<crate::validity::LeaseState>) -> Lease {
-        Lease::nested(held, Arc::clone(&self.inner.acquirer.quorum))
+    /// The lease this task already holds, seen again by a nested call; with its fence computed
+    /// now if it was taken without one and this call can read it.
+    async fn nested(
+        &self,
+        held: Arc<crate::validity::LeaseState>,
+        opts: &LockOptions,
+    ) -> Result<Lease, LockError> {
+        let quorum = &self.inner.acquirer.quorum;
+        if opts.fenced() {
+            quorum.fence_for(&held).await?;
+        }
+        Ok(Lease::nested(held, Arc::clone(quorum)))
+    }
+}
+
+/// The span's `fence` field, when the lease has one (see `LockOptions::without_fence`).
+fn record_fence(span: &tracing::Span, lease: &Lease) {
+    if lease.fence() != 0 {
+        span.record("fence", lease.fence());
     }
 }
 

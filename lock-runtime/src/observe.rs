@@ -40,7 +40,8 @@ pub(crate) fn acquired(label: Label<'_>, fence: u64, waited: Duration) {
     tracing::debug!(
         lock = label.name,
         template = label.template,
-        fence,
+        // None (left out) for a lease taken without a fence.
+        fence = (fence != 0).then_some(fence),
         waited_ms = waited.as_millis() as u64,
         "lock acquired"
     );

@@ -23,6 +23,8 @@ pub struct LockOptions {
     wait: Duration,
     min_hold: Duration,
     template: Option<&'static str>,
+    /// Whether the caller can read the lease's fence (see [`without_fence`](Self::without_fence)).
+    fenced: bool,
 }
 
 /// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms`.
@@ -63,6 +65,7 @@ impl LockOptions {
             wait: Duration::ZERO,
             min_hold: Duration::ZERO,
             template: None,
+            fenced: true,
         }
     }
 
@@ -102,6 +105,22 @@ impl LockOptions {
     pub const fn with_template(mut self, template: &'static str) -> Self {
         self.template = Some(template);
         self
+    }
+
+    /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an
+    /// uncontended acquire then skips the fence (the server's clock and the counter), which
+    /// nobody could read. A nested call that can see the lease gets a fence computed then, while
+    /// the key is still held (see `Locker::acquire`). Not for calls that hand out the lease.
+    #[doc(hidden)]
+    #[must_use]
+    pub const fn without_fence(mut self) -> Self {
+        self.fenced = false;
+        self
+    }
+
+    /// Whether this call's lease needs a fence (false only through `without_fence`).
+    pub(crate) const fn fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The name's template, when one was given (see [`with_template`](Self::with_template)).

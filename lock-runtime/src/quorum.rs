@@ -12,7 +12,9 @@ use redis::RedisResult;
 
 use crate::fanout::Fanout;
 use crate::keys::Keys;
-use crate::node::{AcquireReply, AcquireRequest, FastReply, Node, Release, RenewReply, Waiter};
+use crate::node::{
+    AcquireReply, AcquireRequest, FastReply, FenceReply, Node, Release, RenewReply, Waiter,
+};
 use crate::pubsub::Subscription;
 use crate::validity::LeaseState;
 use crate::{LockError, LostReason};
@@ -40,6 +42,8 @@ pub(crate) struct Ask<'a> {
     pub validity: Duration,
     pub waiter: Option<&'a Waiter>,
     pub evict: Option<(&'a str, &'a str)>,
+    /// The caller can read the fence (see `LockOptions::without_fence`).
+    pub fenced: bool,
 }
 
 /// The decided outcome of one acquire attempt.
@@ -257,11 +261,16 @@ impl Quorum {
             && ask.evict.is_none()
             && !node.is_cluster()
         {
-            match node.acquire_fast(keys, ask.token, ask.ttl_ms, limit).await {
+            match node
+                .acquire_fast(keys, ask.token, ask.ttl_ms, ask.fenced, limit)
+                .await
+            {
                 Ok(FastReply::Taken { fence }) => {
                     return Ok(Acquired::Granted {
                         fence,
-                        record_fence: true,
+                        // No fence, nothing to record (a nested call that needs one writes the
+                        // counter when it computes it).
+                        record_fence: ask.fenced,
                         nodes: vec![0],
                         late: Fanout::none(),
                     });
@@ -559,13 +568,47 @@ impl Quorum {
         verdicts
     }
 
+    /// The fence of a lease taken without one (one server: see `LockOptions::without_fence`),
+    /// computed now for a nested call that can read it, while the key still holds the lease's
+    /// token. `Lost` when it no longer does.
+    pub(crate) async fn fence_for(&self, lease: &LeaseState) -> Result<u64, LockError> {
+        let fence = lease.fence();
+        let [node] = self.nodes.as_slice() else {
+            return Ok(fence);
+        };
+        if fence != 0 {
+            return Ok(fence);
+        }
+        let keys = Keys::new(lease.key.clone());
+        let limit = node.response_timeout();
+        match node
+            .fence_held(&keys, &lease.token, self.fence_retention_ms, limit)
+            .await
+        {
+            Ok(FenceReply::Fence(fence)) => Ok(lease.set_fence(fence)),
+            Ok(FenceReply::NotOurs) => {
+                lease.mark_lost(LostReason::NotOwner);
+                Err(lease.lost_error(LostReason::NotOwner))
+            }
+            Ok(FenceReply::NotACounter(detail)) => Err(LockError::config(
+                &lease.name,
+                format!(
+                    "fence counter `{}` is not an integer counter ({detail}); it was left \
+                     untouched; use another lock name or key prefix",
+                    keys.fence()
+                ),
+            )),
+            Err(e) => Err(node.redis_error(&lease.name, e)),
+        }
+    }
+
     /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
     /// when a majority confirms. `Lost` when the key was no longer ours.
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
         let how = Arc::new(Release {
             keep_ms: lease.keep_ms(),
             always_publish: self.always_publish(),
-            record_fence: if lease.record_fence { lease.fence } else { 0 },
+            record_fence: if lease.record_fence { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
         });
         let (needed, n) = (self.needed, self.nodes.len());

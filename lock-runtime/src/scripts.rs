@@ -247,6 +247,32 @@ pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize
     cmd
 }
 
+/// KEYS: lock, fence. ARGV: 1 token, 2 the counter's retention ms (0: forever).
+/// The fence of a lease taken without one (see `LockOptions::without_fence`), for a nested call
+/// that can read it: computed as `ACQUIRE` does (`max(counter + 1, clock in µs)`) and written to
+/// the counter, only while the key holds the token. Returns `{1, fence}`; `{0}` when the key is
+/// not ours (nothing touched); `{-2, value}` when the counter is not a number.
+pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+local last = redis.pcall('GET', KEYS[2])
+if type(last) == 'table' or (last and not tonumber(last)) then
+  return {-2, type(last) == 'table' and last.err or last}
+end
+local t = redis.call('TIME')
+local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+local f = string.format('%d', fence)
+if ARGV[2] ~= '0' then
+  redis.call('SET', KEYS[2], f, 'PX', ARGV[2])
+else
+  redis.call('SET', KEYS[2], f)
+end
+return {1, fence}
+",
+    )
+});
+
 /// KEYS: fence. ARGV: a fence value, retention ms (0: forever). Raises the counter to the value
 /// if it is lower (Redlock).
 pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {

@@ -1,6 +1,6 @@
 //! What every part of the engine knows about one held lease, and how long it is known valid.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -14,7 +14,8 @@ pub(crate) struct LeaseState {
     pub name: String,
     pub key: String,
     pub token: String,
-    pub fence: u64,
+    /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
+    fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
     pub record_fence: bool,
     pub ttl: Duration,
@@ -68,7 +69,7 @@ impl LeaseState {
             name: g.name,
             key: g.key,
             token: g.token,
-            fence: g.fence,
+            fence: AtomicU64::new(g.fence),
             record_fence: g.record_fence,
             ttl: g.ttl,
             renew: g.renew,
@@ -78,6 +79,24 @@ impl LeaseState {
             template: g.template,
             status,
             ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The fencing token; 0 for a lease taken without one, until a nested call computes it.
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence.load(Ordering::Acquire)
+    }
+
+    /// Records a fence computed for a lease taken without one; the first one recorded stays
+    /// (two nested calls at once may each compute one, and each wrote the counter). Returns the
+    /// fence the lease has now.
+    pub(crate) fn set_fence(&self, fence: u64) -> u64 {
+        match self
+            .fence
+            .compare_exchange(0, fence, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => fence,
+            Err(first) => first,
         }
     }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::{ErrorKind, RedisResult, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 use super::{Node, Release, Waiter};
@@ -160,13 +160,15 @@ impl Node {
     /// whether waiters queue (a lock taken from under queued waiters is handed over to them at
     /// once). The fence is `max(counter + 1, clock in µs)`, as the acquire script computes it; the
     /// counter is written at release (see [`scripts::RELEASE`]), while the key is still ours.
-    /// Anything unusual (a key or counter of another type, a counter that is not a number) goes
-    /// to the script (`Unclear`), which tells what it is.
+    /// Without `fenced` (nobody can read the fence) the clock and the counter are left out and
+    /// the fence is 0. Anything unusual (a key or counter of another type, a counter that is not
+    /// a number) goes to the script (`Unclear`), which tells what it is.
     pub(crate) async fn acquire_fast(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
+        fenced: bool,
         limit: Duration,
     ) -> RedisResult<FastReply> {
         let key = &keys.key;
@@ -180,41 +182,31 @@ impl Node {
             .arg("PX")
             .arg(ttl_ms)
             .arg("GET");
-        let mut time = command(1, 4);
-        time.arg("TIME");
-        let mut counter = command(2, key.len() + 12);
-        counter.arg("GET").arg(keys.fence());
         let mut queued = command(2, key.len() + 16);
         queued.arg("EXISTS").arg(keys.queue());
-        let wait = self.wait_cmd(ttl_ms);
         let mut pipe = redis::Pipeline::with_capacity(5);
-        pipe.add_command(set)
-            .add_command(time)
-            .add_command(counter)
-            .add_command(queued);
-        let sent = Instant::now();
-        let replies = match wait {
-            None => {
-                let mut conn = self.conn().await?;
-                self.bounded(
-                    limit,
-                    pipe.query_async::<(Option<Value>, (u64, u64), Value, bool)>(&mut conn),
-                )
-                .await
-                .map(|(a, b, c, d)| (a, b, c, d, None))
-            }
+        pipe.add_command(set);
+        if fenced {
+            let mut time = command(1, 4);
+            time.arg("TIME");
+            let mut counter = command(2, key.len() + 12);
+            counter.arg("GET").arg(keys.fence());
+            pipe.add_command(time).add_command(counter);
+        }
+        pipe.add_command(queued);
+        let waits = match self.wait_cmd(ttl_ms) {
             Some(wait) => {
                 pipe.add_command(wait);
-                let mut conn = self.conn().await?;
-                self.bounded(
-                    limit,
-                    pipe.query_async::<(Option<Value>, (u64, u64), Value, bool, usize)>(&mut conn),
-                )
-                .await
-                .map(|(a, b, c, d, acked)| (a, b, c, d, Some(acked)))
+                true
             }
+            None => false,
         };
-        let (previous, (secs, micros), counter, queued, acked) = match replies {
+        let sent = Instant::now();
+        let mut conn = self.conn().await?;
+        let replies = self
+            .bounded(limit, pipe.query_async::<Vec<Value>>(&mut conn))
+            .await;
+        let replies = match replies {
             Ok(replies) => replies,
             // The server answered, with an error (a key of another type): the script tells.
             Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
@@ -223,30 +215,67 @@ impl Node {
             Err(e) => return Err(e),
         };
         self.rtt.record(sent.elapsed());
-        let counter = match counter {
-            Value::Nil => Some(0),
-            Value::BulkString(bytes) => std::str::from_utf8(&bytes)
-                .ok()
-                .and_then(|s| s.parse().ok()),
-            _ => None,
-        };
-        if previous.is_none()
-            && let Some(acked) = acked
+        let parsed = FastReplies::parse(replies, fenced, waits)
+            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "unexpected acquire replies")))?;
+        if parsed.previous.is_none()
+            && let Some(acked) = parsed.acked
             && acked < self.replicas
         {
             self.undo_unreplicated(key, token).await;
             return Ok(FastReply::NotReplicated { acked });
         }
-        Ok(match (previous, counter) {
+        Ok(match (parsed.previous, parsed.fence) {
             // Free, but waiters queue (the lock expired under them): theirs, not ours.
-            (None, _) if queued => FastReply::Unclear { taken: true },
-            (None, Some(last)) => FastReply::Taken {
-                fence: (last + 1).max(secs * 1_000_000 + micros),
-            },
+            (None, _) if parsed.queued => FastReply::Unclear { taken: true },
+            (None, Some(fence)) => FastReply::Taken { fence },
             // Ours, but the counter is not a counter: the script reports it (after a release).
             (None, None) => FastReply::Unclear { taken: true },
             // Held: when it frees, the waiting path asks the script (which knows the PTTL).
             (Some(_), _) => FastReply::Busy,
+        })
+    }
+}
+
+/// The replies of the uncontended path, in the order sent.
+struct FastReplies {
+    /// The key's value before the `SET NX` (none: it was free and is ours now).
+    previous: Option<Value>,
+    /// The fence (0 when not asked for); none when the counter is not a number.
+    fence: Option<u64>,
+    queued: bool,
+    acked: Option<usize>,
+}
+
+impl FastReplies {
+    fn parse(replies: Vec<Value>, fenced: bool, waits: bool) -> Option<Self> {
+        let mut replies = replies.into_iter();
+        let previous = match replies.next()? {
+            Value::Nil => None,
+            other => Some(other),
+        };
+        let fence = if fenced {
+            let (secs, micros): (u64, u64) = redis::from_redis_value(replies.next()?).ok()?;
+            let counter = match replies.next()? {
+                Value::Nil => Some(0),
+                Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok()),
+                _ => None,
+            };
+            counter.map(|last| (last + 1).max(secs * 1_000_000 + micros))
+        } else {
+            Some(0)
+        };
+        let queued: bool = redis::from_redis_value(replies.next()?).ok()?;
+        let acked = match waits {
+            true => Some(redis::from_redis_value(replies.next()?).ok()?),
+            false => None,
+        };
+        Some(Self {
+            previous,
+            fence,
+            queued,
+            acked,
         })
     }
 }

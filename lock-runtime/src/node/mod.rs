@@ -25,6 +25,7 @@ mod renew;
 mod setup;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
+
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
@@ -34,6 +35,16 @@ pub(crate) struct Waiter {
     pub id: String,
     pub grace: Duration,
     pub previous: String,
+}
+
+/// The reply of [`Node::fence_held`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FenceReply {
+    Fence(u64),
+    /// The key no longer holds the lease's token: nothing was changed.
+    NotOurs,
+    /// The counter holds something else than a number (left untouched).
+    NotACounter(String),
 }
 
 /// How a release goes.
@@ -380,6 +391,28 @@ impl Node {
             self.notifications.released_here(key, wake);
         }
         Ok(true)
+    }
+
+    /// Computes the fence of a lease taken without one, if the key still holds `token`
+    /// (see [`scripts::FENCE`]).
+    pub(crate) async fn fence_held(
+        &self,
+        keys: &Keys,
+        token: &str,
+        retention_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<FenceReply> {
+        let mut cmd = evalsha(&scripts::FENCE, 2, 4, 2 * keys.key.len() + token.len() + 40);
+        cmd.arg(&keys.key)
+            .arg(keys.fence())
+            .arg(token)
+            .arg(retention_ms);
+        let (reply, _): (Vec<Value>, _) = self.eval(&scripts::FENCE, &cmd, None, limit).await?;
+        Ok(match reply.as_slice() {
+            [Value::Int(1), Value::Int(fence)] => FenceReply::Fence(*fence as u64),
+            [Value::Int(-2), detail] => FenceReply::NotACounter(format!("{detail:?}")),
+            _ => FenceReply::NotOurs,
+        })
     }
 
     pub(crate) async fn raise_fence(
