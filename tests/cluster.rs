@@ -81,7 +81,8 @@ async fn evalsha_calls(port: u16) -> u64 {
         .map_or(0, |n| n.parse().unwrap())
 }
 
-/// Whether the node on `port` has a sharded subscriber on `channel`.
+/// Whether the node on `port` has a sharded subscriber on `channel` or on a channel under it
+/// (a locker's grant channel, `<channel>:<id>`).
 async fn shard_channel_listened(port: u16, channel: &str) -> bool {
     let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
     let channels: Vec<String> = redis::cmd("PUBSUB")
@@ -89,7 +90,7 @@ async fn shard_channel_listened(port: u16, channel: &str) -> bool {
         .query_async(&mut conn)
         .await
         .unwrap();
-    channels.iter().any(|c| c == channel)
+    channels.iter().any(|c| c.starts_with(channel))
 }
 
 async fn reset_stats(port: u16) {

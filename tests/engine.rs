@@ -985,6 +985,130 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
     lease.release().await.unwrap();
 }
 
+/// The messages `listener` got up to the marker this sends on `<key>:released:end`: every
+/// message published before it (one server delivers them in order).
+async fn released_messages(
+    env: &Env,
+    key: &str,
+    listener: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) -> Vec<(String, String)> {
+    let mut raw = env.raw.clone();
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(format!("{key}:released:end"))
+        .arg("end")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let message = tokio::time::timeout(ms(2_000), listener.recv())
+            .await
+            .expect("the marker arrives")
+            .unwrap();
+        if message.1 == "end" {
+            return got;
+        }
+        got.push(message);
+    }
+}
+
+/// A grant goes to the grantee's locker alone: on the grant channel its waiter id names
+/// (`;grants=<id>` at its end), not on the channel every waiter of the lock listens to, so the
+/// connections of the other lockers (services) are not woken by a message that is not theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_is_published_to_the_grantees_locker_only() {
+    let env = Env::start().await;
+    let name = "grant-channel";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let waiter = take_and_release(
+        env.second_locker().await,
+        name,
+        opts(10_000).with_wait(ms(5_000)),
+    );
+    queued(&env, name, 1).await;
+    let mut raw = env.raw.clone();
+    let head: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:waiters"))
+        .arg(0)
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let grants = head[0]
+        .rsplit_once(";grants=")
+        .map(|(_, id)| id.to_string())
+        .expect("a waiter id names its locker's grant channel");
+    // The waiter listens on both: the lock's channel and its locker's grant channel.
+    let grant_channel = format!("{key}:released:{grants}");
+    eventually(ms(2_000), "the waiter subscribed to its grants", || async {
+        let mut raw = env.raw.clone();
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(format!("{key}:released"))
+            .arg(&grant_channel)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        n.iter().all(|(_, n)| *n == 1)
+    })
+    .await;
+    let (_conn, mut listener) =
+        support::listen(&env.server.url(), &format!("{key}:released*")).await;
+    holder.release().await.unwrap();
+    tokio::time::timeout(ms(5_000), waiter)
+        .await
+        .expect("the grantee took the lock")
+        .unwrap();
+    let messages = released_messages(&env, &key, &mut listener).await;
+    assert_eq!(
+        messages.len(),
+        1,
+        "one grant and nothing else: {messages:?}"
+    );
+    let (channel, payload) = &messages[0];
+    assert_eq!(channel, &grant_channel, "published on {channel}");
+    assert!(payload.starts_with(&format!("~{} ", head[0])), "{payload}");
+    assert_eq!(queue_len(&env, name).await, 0);
+}
+
+/// A waiter id without a grant channel (a version before them) gets its grant on the lock's
+/// channel, which such waiters listen to.
+#[tokio::test]
+async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
+    let env = Env::start().await;
+    let name = "grant-shared";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let mut raw = env.raw.clone();
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(1)
+        .arg("elder")
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
+        .arg("elder")
+        .arg("nonce 10000 300")
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (_conn, mut listener) =
+        support::listen(&env.server.url(), &format!("{key}:released*")).await;
+    holder.release().await.unwrap();
+    assert_eq!(env.get(&key).await.as_deref(), Some("nonce"), "granted");
+    let messages = released_messages(&env, &key, &mut listener).await;
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(messages[0].0, format!("{key}:released"));
+    assert!(
+        messages[0].1.starts_with("~elder nonce "),
+        "{:?}",
+        messages[0]
+    );
+}
+
 #[tokio::test]
 async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     let env = Env::start().await;

@@ -22,6 +22,11 @@ pub(crate) struct Acquirer {
     stale_heads: StaleHeads,
     /// Who this process is, at the end of every value it writes (see `holder`).
     suffix: String,
+    /// The end of this locker's waiter ids: `suffix` and `;grants=<grants>`.
+    waiter_suffix: String,
+    /// This locker's grant channel id: a release that grants a lock to one of its waiters
+    /// publishes on `<key>:released:<grants>`, which no other locker listens to.
+    grants: String,
     /// How often a waiter also retries when releases may go unannounced (plain keys).
     poll: Option<Duration>,
 }
@@ -80,11 +85,16 @@ impl Drop for InFlight<'_> {
 
 impl Acquirer {
     pub(crate) fn new(quorum: Arc<Quorum>, suffix: String, poll: Option<Duration>) -> Self {
+        let mut grants = String::with_capacity(32);
+        crate::random::push_token(&mut grants);
+        grants.truncate(16);
         Self {
             watchdog: Watchdog::new(Arc::clone(&quorum)),
             quorum,
             stale_heads: StaleHeads::default(),
+            waiter_suffix: format!("{suffix};grants={grants}"),
             suffix,
+            grants,
             poll,
         }
     }
@@ -100,7 +110,7 @@ impl Acquirer {
         // One server and a wait: queue up, so that the lock goes to waiters in arrival order.
         let mut place = match self.quorum.queue_node() {
             Some(node) if !opts.wait().is_zero() => {
-                Some(QueuePlace::new(node, &keys, &self.suffix))
+                Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
             }
             _ => None,
         };
@@ -174,7 +184,21 @@ impl Acquirer {
                 let lock_name = name.as_deref().unwrap_or_default();
                 let channel = keys.channel().to_string();
                 let waiter = place.as_ref().map(|p| p.waiter.id.as_str());
-                subscriptions = Some(self.quorum.subscribe_all(&channel, lock_name, waiter).await);
+                let all = self.quorum.subscribe_all(&channel, lock_name, waiter);
+                // A queued waiter also listens on its locker's grant channel, where a release
+                // that grants it the lock says so (the other lockers' connections never see it).
+                let grants = async {
+                    match (self.quorum.queue_node(), waiter) {
+                        (Some(node), Some(waiter)) => {
+                            let channel = format!("{channel}:{}", self.grants);
+                            Some(node.subscribe(&channel, Some(waiter)).await.0)
+                        }
+                        _ => None,
+                    }
+                };
+                let (mut subs, grants) = tokio::join!(all, grants);
+                subs.extend(grants.map(|sub| (0, sub)));
+                subscriptions = Some(subs);
                 continue;
             }
             let mut retry_at = match retry_after {

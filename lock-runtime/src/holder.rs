@@ -5,7 +5,8 @@
 //! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>]`. Host and label keep ASCII
 //! letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then has
 //! no space, which the waiter queue's state string relies on, and no `;` or `=` inside a field).
-//! Waiters queue under an id of the same form.
+//! Waiters queue under an id of the same form that ends with `;grants=<16 hex digits>`: their
+//! locker's grant channel, on which a release that grants one of them the lock says so.
 
 /// Who took a lock, as its key's value says.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -148,12 +148,13 @@ return out
 ///   waiter holds up the lock no longer than it would have kept its place), and its fence is
 ///   computed here as the acquire script would (`max(counter + 1, clock in µs)`, also written to
 ///   the counter, which keeps its expiry when no retention is given: a cancelled waiter passing
-///   the lock on does not know it). `~<waiter id> <token> <fence>` is published on
-///   `<key>:released`: that waiter holds the lock as soon as the message reaches it, with no
-///   attempt of its own (one round trip less per hand-off), and the others sleep on (any other
-///   message wakes every waiter). A waiter's state written by an older version (no ttl in it)
-///   gets the old hand-over instead: `~<waiter id>` for its grace, taken by the waiter's next
-///   attempt. A counter that is not a number is not touched (the DEL path: the waiter's attempt
+///   the lock on does not know it). `~<waiter id> <token> <fence>` is published on the grant
+///   channel its id names (`;grants=<id>` at its end: `<key>:released:<id>`, which only the
+///   waiters of its locker listen to), else on `<key>:released`: that waiter holds the lock as
+///   soon as the message reaches it, with no attempt of its own (one round trip less per
+///   hand-off), and the others sleep on (any other message wakes every waiter). A waiter's
+///   state written by an older version (no ttl in it) gets the old hand-over instead:
+///   `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is not a number is not touched (the DEL path: the waiter's attempt
 ///   reports it). With nobody queued nobody listens (a waiter queues before it waits), so nothing
 ///   is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -191,7 +192,8 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
       redis.call('SET', KEYS[3], f, 'KEEPTTL')
     end
     local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
-    redis.call(ARGV[6], KEYS[1] .. ':released', grant)
+    local via = string.match(head, ';grants=(%w+)$')
+    redis.call(ARGV[6], KEYS[1] .. ':released' .. (via and ':' .. via or ''), grant)
     return grant
   end
   if state and string.match(state, '^%S+ %d+$') then

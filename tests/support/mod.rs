@@ -136,6 +136,39 @@ pub async fn raw_connection(url: &str) -> MultiplexedConnection {
         .unwrap()
 }
 
+/// A RESP3 connection pattern-subscribed to `pattern`, and the messages it receives, as
+/// (channel, payload), in the order the server sent them.
+pub async fn listen(
+    url: &str,
+    pattern: &str,
+) -> (
+    MultiplexedConnection,
+    tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) {
+    let (pushes, mut received) = tokio::sync::mpsc::unbounded_channel::<redis::PushInfo>();
+    let config = redis::AsyncConnectionConfig::new().set_push_sender(pushes);
+    let mut conn = redis::Client::open(format!("{url}?protocol=resp3"))
+        .unwrap()
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
+    conn.psubscribe(pattern).await.unwrap();
+    let (messages, out) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(push) = received.recv().await {
+            if push.kind != redis::PushKind::PMessage {
+                continue;
+            }
+            let text = |v: &redis::Value| redis::from_redis_value_ref::<String>(v).unwrap();
+            let (channel, payload) = (text(&push.data[1]), text(&push.data[2]));
+            if messages.send((channel, payload)).is_err() {
+                break;
+            }
+        }
+    });
+    (conn, out)
+}
+
 pub fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions::new(Duration::from_millis(ttl_ms))
 }
