@@ -25,7 +25,6 @@ mod renew;
 mod setup;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
-
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
