@@ -861,19 +861,81 @@ async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
         .expect("the grantee holds the lock")
         .unwrap();
     assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
+    // The server extends the key before the renewal's reply reaches the lease: wait for both.
     eventually(
         ms(1_000),
-        "the grantee extended its key to the ttl",
-        || async { env.pttl(&key).await > 5_000 },
+        "the grantee extended its key to the ttl, and its lease learnt it",
+        || async { env.pttl(&key).await > 5_000 && lease.deadline() > Instant::now() + ms(5_000) },
     )
     .await;
-    assert!(lease.deadline() > Instant::now() + ms(5_000));
     // Well past the grace: still held, by the same token.
     tokio::time::sleep(ms(700)).await;
     assert!(lease.is_held());
     assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
     lease.release().await.unwrap();
     assert!(!env.exists(&key).await);
+}
+
+/// A task on a tokio runtime of its own, on a thread of its own, with a locker of its own: driven
+/// until [`Self::freeze`], then frozen (a current-thread runtime runs nothing outside
+/// `block_on`: its sockets are not read, its timers do not fire) until [`Self::resume`], then
+/// driven until [`Self::finish`]. A fault that the task must not see coming, made real.
+struct OwnRuntime {
+    task: tokio::task::AbortHandle,
+    freeze: std::sync::mpsc::Sender<()>,
+    resume: std::sync::mpsc::Sender<()>,
+    done: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl OwnRuntime {
+    fn start<F, Fut>(url: String, task: F) -> Self
+    where
+        F: FnOnce(Locker) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let (task_tx, task_rx) = std::sync::mpsc::channel();
+        let (freeze, freeze_rx) = std::sync::mpsc::channel::<()>();
+        let (resume, resume_rx) = std::sync::mpsc::channel::<()>();
+        let (done, done_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let locker = Locker::connect(&url).await.unwrap();
+                task_tx
+                    .send(tokio::spawn(task(locker)).abort_handle())
+                    .unwrap();
+                let _ = tokio::task::spawn_blocking(move || freeze_rx.recv()).await;
+            });
+            let _ = resume_rx.recv();
+            rt.block_on(async {
+                let _ = tokio::task::spawn_blocking(move || done_rx.recv()).await;
+            });
+        });
+        Self {
+            task: task_rx.recv().unwrap(),
+            freeze,
+            resume,
+            done,
+            thread,
+        }
+    }
+
+    fn freeze(&self) {
+        self.freeze.send(()).unwrap();
+    }
+
+    fn resume(&self) {
+        self.resume.send(()).unwrap();
+    }
+
+    fn finish(self) {
+        self.done.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
 }
 
 /// A release grants the lock to the first waiter under its last attempt's token; if that waiter
@@ -887,41 +949,17 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
     let name = "granted-then-cancelled";
     let key = env.key(name);
     let holder = env.locker.acquire(name, &opts(30_000)).await.unwrap();
-    let url = env.server.url();
     let first_took = Arc::new(AtomicBool::new(false));
     let took = first_took.clone();
-    // The first waiter's runtime, on a thread of its own: driven until the waiter queues, then
-    // frozen (a current-thread runtime runs nothing outside `block_on`) until resumed, then
-    // driven again until the test is done.
-    let (abort_tx, abort_rx) = std::sync::mpsc::channel();
-    let (freeze_tx, freeze_rx) = std::sync::mpsc::channel::<()>();
-    let (resume_tx, resume_rx) = std::sync::mpsc::channel::<()>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let driver = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let locker = Locker::connect(&url).await.unwrap();
-            let first = tokio::spawn(async move {
-                let lease = locker
-                    .acquire(name, &opts(30_000).with_wait(ms(20_000)))
-                    .await;
-                took.store(true, Ordering::SeqCst);
-                drop(lease);
-            });
-            abort_tx.send(first.abort_handle()).unwrap();
-            let _ = tokio::task::spawn_blocking(move || freeze_rx.recv()).await;
-        });
-        let _ = resume_rx.recv();
-        rt.block_on(async {
-            let _ = tokio::task::spawn_blocking(move || done_rx.recv()).await;
-        });
+    let first = OwnRuntime::start(env.server.url(), move |locker| async move {
+        let lease = locker
+            .acquire(name, &opts(30_000).with_wait(ms(20_000)))
+            .await;
+        took.store(true, Ordering::SeqCst);
+        drop(lease);
     });
-    let first = abort_rx.recv().unwrap();
     queued(&env, name, 1).await;
-    freeze_tx.send(()).unwrap();
+    first.freeze();
     let second_locker = env.second_locker().await;
     let second = take_and_release(second_locker, name, opts(30_000).with_wait(ms(20_000)));
     queued(&env, name, 2).await;
@@ -934,9 +972,9 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
     );
     assert_eq!(queue_len(&env, name).await, 1, "the grantee left the queue");
     // Cancel the first waiter, then let its runtime go on: it drops the waiter unpolled.
-    first.abort();
+    first.task.abort();
     let begun = Instant::now();
-    resume_tx.send(()).unwrap();
+    first.resume();
     let fence = tokio::time::timeout(ms(5_000), second)
         .await
         .expect("the lock went on to the second waiter")
@@ -952,9 +990,85 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
         !first_took.load(Ordering::SeqCst),
         "the first waiter ran on after its cancellation"
     );
-    done_tx.send(()).unwrap();
-    driver.join().unwrap();
+    first.finish();
     assert!(!env.exists(&key).await);
+}
+
+/// A grant whose message never reaches its waiter does not strand the lock: the waiter's next
+/// attempt takes it (the grant is its last attempt's token), well before the grant's grace runs
+/// out. The fault is real: the waiter's runtime is frozen while the server drops its pub/sub
+/// connection and the release publishes the grant to nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
+    let env = Env::start().await;
+    let name = "grant-lost";
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(30_000)).await.unwrap();
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+    let waiter = OwnRuntime::start(env.server.url(), move |locker| async move {
+        let lease = locker
+            .acquire(name, &opts(30_000).with_wait(ms(20_000)))
+            .await
+            .unwrap();
+        let _ = got_tx.send((Instant::now(), lease.token().to_owned(), lease.fence()));
+        lease.release().await.unwrap();
+    });
+    queued(&env, name, 1).await;
+    let mut raw = env.raw.clone();
+    let (_, grant_channel) = first_waiter(&env, &key).await;
+    let listeners = |channel: String| {
+        let mut raw = env.raw.clone();
+        async move {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(channel)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            n[0].1
+        }
+    };
+    eventually(ms(2_000), "the waiter listens for its grant", || {
+        let n = listeners(grant_channel.clone());
+        async move { n.await == 1 }
+    })
+    .await;
+    waiter.freeze();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(
+        listeners(grant_channel.clone()).await,
+        0,
+        "nobody hears the grant"
+    );
+    let holder_fence = holder.fence();
+    holder.release().await.unwrap();
+    let granted = env.get(&key).await.expect("granted, not deleted");
+    let resumed = Instant::now();
+    waiter.resume();
+    let (got_at, token, fence) = tokio::time::timeout(ms(5_000), got_rx)
+        .await
+        .expect("the waiter got the lock")
+        .unwrap();
+    assert_ne!(
+        token, granted,
+        "taken by an attempt, not by the (lost) message"
+    );
+    assert!(fence > holder_fence, "fence {fence} after {holder_fence}");
+    println!("taken {:?} after the waiter resumed", got_at - resumed);
+    // Its grant held the lock for it: taken well inside the grace (300 ms and more).
+    assert!(
+        got_at - resumed < ms(250),
+        "taken {:?} after the waiter resumed",
+        got_at - resumed
+    );
+    waiter.finish();
+    eventually(ms(2_000), "released", || async { !env.exists(&key).await }).await;
 }
 
 /// A rolling upgrade: a waiter of an older version (its state in the queue has no ttl) is not
@@ -983,6 +1097,24 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
         .unwrap();
     assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
     lease.release().await.unwrap();
+}
+
+/// The first waiter's id in the queue of the lock `key`, and the grant channel it names
+/// (`<key>:released:<id>` for an id ending with `;grants=<id>`).
+async fn first_waiter(env: &Env, key: &str) -> (String, String) {
+    let mut raw = env.raw.clone();
+    let head: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:waiters"))
+        .arg(0)
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (_, grants) = head[0]
+        .rsplit_once(";grants=")
+        .expect("a waiter id names its locker's grant channel");
+    let channel = format!("{key}:released:{grants}");
+    (head[0].clone(), channel)
 }
 
 /// The messages `listener` got up to the marker this sends on `<key>:released:end`: every
@@ -1027,20 +1159,8 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
         opts(10_000).with_wait(ms(5_000)),
     );
     queued(&env, name, 1).await;
-    let mut raw = env.raw.clone();
-    let head: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{key}:waiters"))
-        .arg(0)
-        .arg(0)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let grants = head[0]
-        .rsplit_once(";grants=")
-        .map(|(_, id)| id.to_string())
-        .expect("a waiter id names its locker's grant channel");
+    let (head, grant_channel) = first_waiter(&env, &key).await;
     // The waiter listens on both: the lock's channel and its locker's grant channel.
-    let grant_channel = format!("{key}:released:{grants}");
     eventually(ms(2_000), "the waiter subscribed to its grants", || async {
         let mut raw = env.raw.clone();
         let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
@@ -1068,7 +1188,7 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
     );
     let (channel, payload) = &messages[0];
     assert_eq!(channel, &grant_channel, "published on {channel}");
-    assert!(payload.starts_with(&format!("~{} ", head[0])), "{payload}");
+    assert!(payload.starts_with(&format!("~{head} ")), "{payload}");
     assert_eq!(queue_len(&env, name).await, 0);
 }
 
