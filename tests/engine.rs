@@ -433,15 +433,9 @@ async fn waiter_is_woken_by_the_release_not_by_polling() {
         })
     };
     // Let the waiter subscribe and park.
+    let channel = format!("{}:released", env.key("handoff"));
     eventually(ms(2_000), "the waiter subscribed", || async {
-        let mut raw = env.raw.clone();
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(format!("{}:released", env.key("handoff")))
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        n[0].1 > 0
+        env.subscribers(&channel).await > 0
     })
     .await;
     let released = Instant::now();
@@ -1016,21 +1010,8 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
     queued(&env, name, 1).await;
     let mut raw = env.raw.clone();
     let (_, grant_channel) = first_waiter(&env, &key).await;
-    let listeners = |channel: String| {
-        let mut raw = env.raw.clone();
-        async move {
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(channel)
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            n[0].1
-        }
-    };
-    eventually(ms(2_000), "the waiter listens for its grant", || {
-        let n = listeners(grant_channel.clone());
-        async move { n.await == 1 }
+    eventually(ms(2_000), "the waiter listens for its grant", || async {
+        env.subscribers(&grant_channel).await == 1
     })
     .await;
     waiter.freeze();
@@ -1042,7 +1023,7 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
         .await
         .unwrap();
     assert_eq!(
-        listeners(grant_channel.clone()).await,
+        env.subscribers(&grant_channel).await,
         0,
         "nobody hears the grant"
     );
@@ -1161,16 +1142,9 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
     queued(&env, name, 1).await;
     let (head, grant_channel) = first_waiter(&env, &key).await;
     // The waiter listens on both: the lock's channel and its locker's grant channel.
+    let lock_channel = format!("{key}:released");
     eventually(ms(2_000), "the waiter subscribed to its grants", || async {
-        let mut raw = env.raw.clone();
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(format!("{key}:released"))
-            .arg(&grant_channel)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        n.iter().all(|(_, n)| *n == 1)
+        env.subscribers(&lock_channel).await == 1 && env.subscribers(&grant_channel).await == 1
     })
     .await;
     let (_conn, mut listener) =

@@ -256,15 +256,9 @@ async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
                 (Instant::now(), lease)
             })
         };
+        let channel = format!("{key}:released");
         eventually(ms(5_000), "the waiter to subscribe", || async {
-            let mut raw = env.raw.clone();
-            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(format!("{key}:released"))
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            n[0].1 > 0
+            env.subscribers(&channel).await > 0
         })
         .await;
 

@@ -154,9 +154,9 @@ return out
 ///   soon as the message reaches it, with no attempt of its own (one round trip less per
 ///   hand-off), and the others sleep on (any other message wakes every waiter). A waiter's
 ///   state written by an older version (no ttl in it) gets the old hand-over instead:
-///   `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is not a number is not touched (the DEL path: the waiter's attempt
-///   reports it). With nobody queued nobody listens (a waiter queues before it waits), so nothing
-///   is published.
+///   `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is not a
+///   number is not touched (the DEL path: the waiter's attempt reports it). With nobody queued
+///   nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"

@@ -66,6 +66,18 @@ impl Env {
             .unwrap()
     }
 
+    /// How many clients are subscribed to `channel` (PUBSUB NUMSUB).
+    pub async fn subscribers(&self, channel: &str) -> i64 {
+        let mut raw = self.raw.clone();
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        n[0].1
+    }
+
     pub async fn get(&self, key: &str) -> Option<String> {
         let mut raw = self.raw.clone();
         redis::cmd("GET")
