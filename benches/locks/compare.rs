@@ -5,8 +5,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cycle::{Cycle, Target, cycle_name, one_cycle};
+use crate::raw::command_stats;
 use crate::report::{median, percentile};
-use crate::threads::ThreadClock;
+use crate::threads::{ThreadClock, io_calls};
 
 /// One task's loop: cycles on its own name until `until`; returns how many it completed.
 async fn cycle_loop(t: Target, kind: Cycle, task: usize, until: Instant) -> u64 {
@@ -28,6 +29,10 @@ struct Slice {
     /// On-CPU time of this process's threads and of the server's, during the slice.
     client_ns: u64,
     server_ns: u64,
+    /// The server's read and write system calls during the slice.
+    server_io: (u64, u64),
+    /// Script calls (EVALSHA) and the µs they ran, by INFO commandstats.
+    scripts: (u64, u64),
 }
 
 impl Slice {
@@ -37,11 +42,14 @@ impl Slice {
 }
 
 async fn run_slice(t: &Target, kind: Cycle, tasks: usize, length: Duration) -> Slice {
-    let server = t.server_pid.to_string();
+    let server_pid = t.server_pid.to_string();
     let (client, server) = (
         ThreadClock::start("self", None),
-        ThreadClock::start(&server, None),
+        ThreadClock::start(&server_pid, None),
     );
+    let mut stats = t.raw.clone();
+    let scripts = script_stats(&mut stats).await;
+    let io = io_calls(&server_pid);
     let start = Instant::now();
     let until = start + length;
     let handles: Vec<_> = (0..tasks)
@@ -57,7 +65,24 @@ async fn run_slice(t: &Target, kind: Cycle, tasks: usize, length: Duration) -> S
         wall,
         client_ns: client.elapsed().0,
         server_ns: server.elapsed().0,
+        server_io: {
+            let now = io_calls(&server_pid);
+            (now.0 - io.0, now.1 - io.1)
+        },
+        scripts: {
+            let now = script_stats(&mut stats).await;
+            (now.0 - scripts.0, now.1 - scripts.1)
+        },
     }
+}
+
+/// EVALSHA calls so far and the µs they ran.
+async fn script_stats(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
+    command_stats(conn)
+        .await
+        .into_iter()
+        .find(|(name, _, _)| name == "evalsha")
+        .map_or((0, 0), |(_, calls, usec)| (calls, usec))
 }
 
 /// The slices of a comparison: `slices[k][round]` is kind `kinds[k]` in that round.
@@ -140,6 +165,24 @@ impl Comparison {
     /// Server CPU per cycle of `kind` over that of `base`, all rounds together.
     pub(crate) fn server_cpu_ratio(&self, kind: Cycle, base: Cycle) -> f64 {
         self.cpu_us(kind).1 / self.cpu_us(base).1
+    }
+
+    /// The server's read and write system calls per cycle over all rounds.
+    pub(crate) fn server_io(&self, kind: Cycle) -> (f64, f64) {
+        let runs = self.of(kind);
+        let cycles = runs.iter().map(|s| s.cycles).sum::<u64>().max(1) as f64;
+        let reads: u64 = runs.iter().map(|s| s.server_io.0).sum();
+        let writes: u64 = runs.iter().map(|s| s.server_io.1).sum();
+        (reads as f64 / cycles, writes as f64 / cycles)
+    }
+
+    /// µs per script call (EVALSHA) by INFO commandstats over all rounds: the script's work
+    /// alone, without reading the request or writing the reply.
+    pub(crate) fn script_us(&self, kind: Cycle) -> f64 {
+        let runs = self.of(kind);
+        let calls: u64 = runs.iter().map(|s| s.scripts.0).sum();
+        let usec: u64 = runs.iter().map(|s| s.scripts.1).sum();
+        usec as f64 / calls.max(1) as f64
     }
 
     /// "client / server" CPU µs per cycle.

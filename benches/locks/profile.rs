@@ -2,11 +2,11 @@
 
 use crate::alloc::counting_allocs;
 use crate::cycle::{Cycle, Target, cycle_name, one_cycle};
-use crate::raw::command_calls;
+use crate::raw::command_stats;
 use crate::threads::ThreadClock;
 
-/// Client heap allocations, client context switches and server commands per cycle of `kind`,
-/// over 1000 sequential cycles.
+/// Client heap allocations, client context switches and server commands (with the µs each call
+/// ran) per cycle of `kind`, over 1000 sequential cycles.
 pub(crate) async fn per_cycle_profile(t: &Target, kind: Cycle) -> String {
     const N: u64 = 1000;
     let mut raw = t.raw.clone();
@@ -25,12 +25,15 @@ pub(crate) async fn per_cycle_profile(t: &Target, kind: Cycle) -> String {
     })
     .await;
     let (_, switches) = clock.elapsed();
-    let mut calls = command_calls(&mut raw).await;
-    calls.retain(|(name, _)| name != "config|resetstat" && name != "info");
-    calls.sort();
-    let commands = calls
+    let mut stats = command_stats(&mut raw).await;
+    stats.retain(|(name, _, _)| name != "config|resetstat" && name != "info");
+    stats.sort();
+    let commands = stats
         .iter()
-        .map(|(name, calls)| format!("{name} {:.0}", *calls as f64 / N as f64))
+        .map(|(name, calls, usec)| {
+            let per_call = *usec as f64 / (*calls).max(1) as f64;
+            format!("{name} {:.0} ({per_call:.2} µs)", *calls as f64 / N as f64)
+        })
         .collect::<Vec<_>>()
         .join(" ");
     format!(

@@ -64,6 +64,16 @@ pub(crate) async fn raw_release(
 
 /// `(command, calls)` from INFO commandstats. Commands run by scripts are counted too.
 pub(crate) async fn command_calls(conn: &mut MultiplexedConnection) -> Vec<(String, u64)> {
+    command_stats(conn)
+        .await
+        .into_iter()
+        .map(|(name, calls, _)| (name, calls))
+        .collect()
+}
+
+/// `(command, calls, µs)` from INFO commandstats: the µs a command ran (a script's include its
+/// commands'; reading requests and writing replies are not in any).
+pub(crate) async fn command_stats(conn: &mut MultiplexedConnection) -> Vec<(String, u64, u64)> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -72,8 +82,14 @@ pub(crate) async fn command_calls(conn: &mut MultiplexedConnection) -> Vec<(Stri
     info.lines()
         .filter_map(|line| {
             let (name, fields) = line.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = fields.split(',').find_map(|f| f.strip_prefix("calls="))?;
-            Some((name.to_owned(), calls.parse().ok()?))
+            let field = |key: &str| {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), field("calls=")?, field("usec=")?))
         })
         .collect()
 }

@@ -60,3 +60,15 @@ impl ThreadClock {
         (cpu, switches)
     }
 }
+
+/// Read and write system calls of process `pid` so far (`syscr`, `syscw` of /proc/<pid>/io):
+/// how many commands the server gets per read shows how well a client's requests are batched.
+pub(crate) fn io_calls(pid: &str) -> (u64, u64) {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (field("syscr:"), field("syscw:"))
+}

@@ -195,13 +195,23 @@ async fn notes(
     let cpu = |cmp: &Comparison, kinds: &[Cycle]| {
         kinds
             .iter()
-            .map(|&k| format!("{} {}", k.label(), cmp.cpu_text(k)))
+            .map(|&k| {
+                let (reads, writes) = cmp.server_io(k);
+                format!(
+                    "{} {} (server reads/writes {reads:.2}/{writes:.2}, {:.2} µs per EVALSHA)",
+                    k.label(),
+                    cmp.cpu_text(k),
+                    cmp.script_us(k)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     };
     report.note(format!(
         "1, 2d: CPU µs per cycle, client / server (schedstat of every thread of this process and \
-         of the redis-server process; a sequential cycle also pays for every wake-up): {}",
+         of the redis-server process; a sequential cycle also pays for every wake-up), with the \
+         server's read/write system calls per cycle (/proc/<pid>/io) and the µs each script call \
+         ran (INFO commandstats: the script's work alone): {}",
         cpu(
             one,
             &[
@@ -216,7 +226,8 @@ async fn notes(
         )
     ));
     report.note(format!(
-        "2, 2e: CPU µs per cycle, client / server (pipelined, so close to the pure work): {}",
+        "2, 2e: CPU µs per cycle, client / server (pipelined, so close to the pure work; read/write \
+         calls and script µs as above): {}",
         cpu(
             many,
             &[
@@ -245,8 +256,9 @@ async fn notes(
     }
     report.note(format!(
         "1/2: per sequential uncontended cycle, client heap allocations, client thread context \
-         switches (each is a thread parking or being woken) and server commands (INFO \
-         commandstats; commands run inside scripts count too): {}",
+         switches (each is a thread parking or being woken) and server commands, with the µs \
+         each call ran (INFO commandstats; commands run inside scripts count too, and a \
+         script's µs include theirs): {}",
         profile.join("; ")
     ));
 }
