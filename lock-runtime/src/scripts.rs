@@ -128,11 +128,18 @@ return out
     )
 });
 
-/// KEYS: lock, waiter queue, fence. ARGV: 1 token, 2 ms to keep the key (0: delete it), 3 `1` to
-/// publish the release always (Redlock: no queue), `0` only when waiters queue, 4 the lease's
-/// fence to record in the counter (0: already recorded), 5 the counter's retention ms (0: forever),
-/// 6 the publish command: `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the message
-/// goes only to the primary of the lock's slot, where its waiters listen).
+/// KEYS: lock; on Redis Cluster also its waiter queue and fence counter (declared keys: a slot
+/// in migration then answers for all of them at once). ARGV: 1 token; then, each left out when
+/// it and all after it have their default: 2 the fence counter's retention ms (0, the default:
+/// forever), 3 the lease's fence to record in the counter (0: already recorded), 4 the publish
+/// command (`PUBLISH`; `SPUBLISH` on Redis Cluster: sharded pub/sub, the message goes only to
+/// the primary of the lock's slot, where its waiters listen), 5 ms to keep the key (0: delete
+/// it), 6 `1` to publish the release always (Redlock: no queue; `0`: only when waiters queue).
+/// Not passed, the queue and the counter are named after the key (`<key>:waiters`,
+/// `<key>:fence`, one slot; the queue's states are always `<key>:waiters:state`): every
+/// argument costs the server a string on each call, and an uncontended release on one server
+/// sends only the key, the token and the retention (and takes the shortest path through the
+/// script).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
 /// that waiter (`~<waiter id>` when handed over the old way), 0 when it was not (then nothing is
 /// touched).
@@ -160,54 +167,66 @@ return out
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[4] ~= '0' then
-  if ARGV[5] ~= '0' then
-    redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-  else
-    redis.call('SET', KEYS[3], ARGV[4])
-  end
-end
-if tonumber(ARGV[2]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[1] .. ':released', 'PX', ARGV[2])
+local key, token = KEYS[1], ARGV[1]
+if redis.pcall('GET', key) ~= token then return 0 end
+local queue = KEYS[2] or key .. ':waiters'
+-- The common release first, in as few steps as it takes: no fence to record, no keeping, no
+-- publishing always (ARGV[5] and on), nobody queued.
+if (ARGV[3] or '0') == '0' and not ARGV[5] and redis.call('EXISTS', queue) == 0 then
+  redis.call('DEL', key)
   return 1
 end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-  local state = head and redis.call('HGET', KEYS[2] .. ':state', head)
+local counter = KEYS[3] or key .. ':fence'
+local retention, record = ARGV[2] or '0', ARGV[3] or '0'
+local publish = ARGV[4] or 'PUBLISH'
+if record ~= '0' then
+  if retention ~= '0' then
+    redis.call('SET', counter, record, 'PX', retention)
+  else
+    redis.call('SET', counter, record)
+  end
+end
+local keep = tonumber(ARGV[5] or '0')
+if keep > 0 then
+  redis.call('SET', key, token .. ':released', 'PX', keep)
+  return 1
+end
+if redis.call('EXISTS', queue) == 1 then
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  local state = head and redis.call('HGET', queue .. ':state', head)
   local nonce, grace = nil, nil
   if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
-  local last = redis.pcall('GET', KEYS[3])
+  local last = redis.pcall('GET', counter)
   if type(last) == 'table' or (last and not tonumber(last)) then nonce = nil end
   if nonce then
-    redis.call('ZREM', KEYS[2], head)
-    redis.call('HDEL', KEYS[2] .. ':state', head)
-    redis.call('SET', KEYS[1], nonce, 'PX', grace)
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', queue .. ':state', head)
+    redis.call('SET', key, nonce, 'PX', grace)
     local t = redis.call('TIME')
     local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     local f = string.format('%d', fence)
-    if ARGV[5] ~= '0' then
-      redis.call('SET', KEYS[3], f, 'PX', ARGV[5])
+    if retention ~= '0' then
+      redis.call('SET', counter, f, 'PX', retention)
     else
-      redis.call('SET', KEYS[3], f, 'KEEPTTL')
+      redis.call('SET', counter, f, 'KEEPTTL')
     end
     local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
     local via = string.match(head, ';grants=(%w+)$')
-    redis.call(ARGV[6], KEYS[1] .. ':released' .. (via and ':' .. via or ''), grant)
+    redis.call(publish, key .. ':released' .. (via and ':' .. via or ''), grant)
     return grant
   end
   if state and string.match(state, '^%S+ %d+$') then
     local grace = string.match(state, ' (%d+)$')
-    redis.call('SET', KEYS[1], '~' .. head, 'PX', grace)
-    redis.call(ARGV[6], KEYS[1] .. ':released', '~' .. head)
+    redis.call('SET', key, '~' .. head, 'PX', grace)
+    redis.call(publish, key .. ':released', '~' .. head)
     return '~' .. head
   end
-  redis.call('DEL', KEYS[1])
-  redis.call(ARGV[6], KEYS[1] .. ':released', ARGV[1])
+  redis.call('DEL', key)
+  redis.call(publish, key .. ':released', token)
   return 1
 end
-redis.call('DEL', KEYS[1])
-if ARGV[3] == '1' then redis.call(ARGV[6], KEYS[1] .. ':released', ARGV[1]) end
+redis.call('DEL', key)
+if ARGV[6] == '1' then redis.call(publish, key .. ':released', token) end
 return 1
 ",
     )

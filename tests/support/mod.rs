@@ -12,6 +12,8 @@ use redis::aio::MultiplexedConnection;
 pub mod fenced;
 /// `lock_holder` child processes (fault tests).
 pub mod holder;
+/// The commands a server runs, with their arguments (`MONITOR`).
+pub mod monitor;
 /// Several independent nodes, for Redlock.
 pub mod nodes;
 

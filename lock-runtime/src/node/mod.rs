@@ -358,20 +358,51 @@ impl Node {
     /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
     /// the key was ours. See [`scripts::RELEASE`].
     pub(crate) async fn release(&self, key: &str, token: &str, how: &Release) -> RedisResult<bool> {
-        let mut cmd = evalsha(&scripts::RELEASE, 3, 9, 3 * key.len() + token.len() + 110);
-        cmd.arg(key)
-            .arg(crate::keys::queue_of(key))
-            .arg(crate::keys::fence_of(key))
-            .arg(token)
-            .arg(how.keep_ms)
-            .arg(if how.always_publish { "1" } else { "0" })
-            .arg(how.record_fence)
-            .arg(how.fence_retention_ms)
-            .arg(if self.is_cluster() {
-                "SPUBLISH"
-            } else {
-                "PUBLISH"
-            });
+        let cluster = self.is_cluster();
+        let publish = if cluster { "SPUBLISH" } else { "PUBLISH" };
+        // Arguments in order, each left out when it and all after it have the script's default.
+        let args = if how.always_publish {
+            6
+        } else if how.keep_ms > 0 {
+            5
+        } else if cluster {
+            4
+        } else if how.record_fence > 0 {
+            3
+        } else if how.fence_retention_ms > 0 {
+            2
+        } else {
+            1
+        };
+        // On Cluster the queue and the counter are declared too (see the script).
+        let keys = if cluster { 3 } else { 1 };
+        let mut cmd = evalsha(
+            &scripts::RELEASE,
+            keys,
+            keys + args,
+            keys * key.len() + token.len() + 80,
+        );
+        cmd.arg(key);
+        if keys == 3 {
+            cmd.arg(crate::keys::queue_of(key))
+                .arg(crate::keys::fence_of(key));
+        }
+        cmd.arg(token);
+        if args >= 2 {
+            cmd.arg(how.fence_retention_ms);
+        }
+        if args >= 3 {
+            cmd.arg(how.record_fence);
+        }
+        if args >= 4 {
+            cmd.arg(publish);
+        }
+        if args >= 5 {
+            cmd.arg(how.keep_ms);
+        }
+        if args >= 6 {
+            cmd.arg("1");
+        }
         let (done, _): (Value, _) = self
             .eval(
                 &scripts::RELEASE,
