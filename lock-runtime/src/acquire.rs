@@ -196,7 +196,8 @@ impl Acquirer {
                         _ => None,
                     }
                 };
-                let (mut subs, grants) = tokio::join!(all, grants);
+                // Boxed, as the wait below: only a waiter pays for these futures' size.
+                let (mut subs, grants) = Box::pin(async { tokio::join!(all, grants) }).await;
                 subs.extend(grants.map(|sub| (0, sub)));
                 subscriptions = Some(subs);
                 continue;
@@ -219,10 +220,13 @@ impl Acquirer {
                 retry_at = retry_at.min(now + poll + jitter(poll));
             }
             let subs = subscriptions.as_mut().expect("subscribed above");
-            let woke = tokio::select! {
-                () = tokio::time::sleep_until(retry_at.min(wait_until)) => None,
-                wake = any_changed(subs, &busy_nodes) => Some(wake),
-            };
+            let woke = Box::pin(async {
+                tokio::select! {
+                    () = tokio::time::sleep_until(retry_at.min(wait_until)) => None,
+                    wake = any_changed(subs, &busy_nodes) => Some(wake),
+                }
+            })
+            .await;
             // Granted by the release itself: ours without another round trip.
             if let (Some(Wake::Granted(grant)), Some(place)) = (&woke, &place)
                 && let Some(lease) = self.take_grant(&mut name, &keys, place, grant, opts)
@@ -251,7 +255,7 @@ impl Acquirer {
         // background, so the caller does not wait on a server that may not answer.
         match (&result, place) {
             (Ok(_), Some(place)) => place.taken(),
-            (Err(LockError::Busy { .. }), Some(place)) => place.leave().await,
+            (Err(LockError::Busy { .. }), Some(place)) => Box::pin(place.leave()).await,
             _ => {}
         }
         result
@@ -372,9 +376,11 @@ impl Acquirer {
         self.stale_heads.forget(&keys.key);
         if Instant::now() >= sent + validity {
             let limit = self.quorum.nodes()[0].response_timeout().min(validity);
-            self.quorum
-                .abandon(keys, &token, &granted, Vec::new(), late, limit)
-                .await;
+            Box::pin(
+                self.quorum
+                    .abandon(keys, &token, &granted, Vec::new(), late, limit),
+            )
+            .await;
             in_flight.settle();
             return Ok(Attempt::Expired);
         }

@@ -251,8 +251,6 @@ impl Quorum {
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
         let limit = self.per_node_limit(ask.validity);
-        let quantum = self.fence_quantum();
-        let (needed, n) = (self.needed, self.nodes.len());
         // One server, nobody queued on our behalf: plain commands, no script. Not on a Redis
         // Cluster: there a pipeline that meets a slot in migration is sent again whole to the
         // importing node, so its SET could land on both; the script is one atomic command.
@@ -295,16 +293,31 @@ impl Quorum {
                     // through is undone first: with waiters queued, the release script hands
                     // the lock to the first of them.
                     if taken {
-                        let _ = node.release(&keys.key, ask.token, &self.cleanup(0)).await;
+                        let how = self.cleanup(0);
+                        let _ = Box::pin(node.release(&keys.key, ask.token, &how)).await;
                     }
                 }
                 Err(e) => {
-                    self.abandon(keys, ask.token, &[], vec![0], Fanout::none(), limit)
+                    Box::pin(self.abandon(keys, ask.token, &[], vec![0], Fanout::none(), limit))
                         .await;
                     return Err(self.unavailable(name, 0, vec![(0, Failure::Redis(e))]));
                 }
             }
         }
+        // Boxed: the uncontended call's future stays small (it is moved at every layer above).
+        Box::pin(self.acquire_by_script(name, keys, ask, limit)).await
+    }
+
+    /// The acquire script on every server at once (one server: awaited in place).
+    async fn acquire_by_script(
+        &self,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+        limit: Duration,
+    ) -> Result<Acquired, LockError> {
+        let quantum = self.fence_quantum();
+        let (needed, n) = (self.needed, self.nodes.len());
         let retention = self.fence_retention_ms;
         // One server: its one reply decides, awaited in place (no request boxed, nothing cloned).
         let (replies, fanout): (Vec<Option<RedisResult<AcquireReply>>>, Late) =

@@ -108,7 +108,7 @@ impl Node {
         Ok(match reply.first().and_then(int) {
             Some(1) => match acked {
                 Some(acked) if acked < self.replicas => {
-                    self.undo_unreplicated(key, req.token).await;
+                    Box::pin(self.undo_unreplicated(key, req.token)).await;
                     AcquireReply::NotReplicated { acked }
                 }
                 _ => AcquireReply::Taken {
@@ -221,7 +221,8 @@ impl Node {
             && let Some(acked) = parsed.acked
             && acked < self.replicas
         {
-            self.undo_unreplicated(key, token).await;
+            // Boxed (rare): the uncontended path's future stays small.
+            Box::pin(self.undo_unreplicated(key, token)).await;
             return Ok(FastReply::NotReplicated { acked });
         }
         Ok(match (parsed.previous, parsed.fence) {

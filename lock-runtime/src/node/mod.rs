@@ -294,7 +294,9 @@ impl Node {
                     Some(wait) => {
                         let mut pipe = redis::Pipeline::with_capacity(2);
                         pipe.add_command(cmd.clone()).add_command(wait.clone());
-                        pipe.query_async::<(T, usize)>(&mut conn)
+                        // Boxed (only with `replicas(n)`), as the script load below: the
+                        // common call's future stays small.
+                        Box::pin(pipe.query_async::<(T, usize)>(&mut conn))
                             .await
                             .map(|(v, acked)| (v, Some(acked)))
                     }
@@ -303,7 +305,7 @@ impl Node {
                     Err(e)
                         if !loaded && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
-                        script.prepare_invoke().load_async(&mut conn).await?;
+                        Box::pin(script.prepare_invoke().load_async(&mut conn)).await?;
                         loaded = true;
                     }
                     other => return other,
