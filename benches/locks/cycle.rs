@@ -19,6 +19,14 @@ async fn locked_fence(locker: &Locker, job: &str) -> Result<u64, LockError> {
     Ok(lease.fence())
 }
 
+/// Bytes of the future of one locked call through the attribute and through `Locker::acquire`
+/// (not polled): every layer that awaits a future moves it, so its size is copied per call.
+pub(crate) fn future_sizes(locker: &Locker) -> (usize, usize) {
+    let attribute = std::mem::size_of_val(&locked_noop(locker, "size"));
+    let acquire = std::mem::size_of_val(&locker.acquire("size", &CYCLE_OPTS));
+    (attribute, acquire)
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Cycle {
     /// SET NX PX, then EVALSHA compare-and-delete, on a MultiplexedConnection.

@@ -6,7 +6,7 @@ use lock_runtime::testing::RedisServer;
 
 use crate::Config;
 use crate::compare::Comparison;
-use crate::cycle::{Cycle, Target};
+use crate::cycle::{Cycle, Target, future_sizes};
 use crate::placement::Placement;
 use crate::profile::per_cycle_profile;
 use crate::report::{Report, Verdict, rate, us, verdict};
@@ -254,6 +254,11 @@ async fn notes(
             per_cycle_profile(t, kind).await
         ));
     }
+    let (attribute, acquire) = future_sizes(&t.locker);
+    report.note(format!(
+        "1/2: the future of one call is {attribute} bytes through the attribute and {acquire} \
+         through Locker::acquire (moved, so copied, at every layer that awaits it)"
+    ));
     report.note(format!(
         "1/2: per sequential uncontended cycle, client heap allocations, client thread context \
          switches (each is a thread parking or being woken) and server commands, with the µs \
