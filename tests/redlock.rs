@@ -617,6 +617,54 @@ async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
     );
 }
 
+/// `min_hold` on Redlock: an early return keeps the key on every node for the rest of
+/// `min_hold`, under a value that is no lease's token, then it expires; a second caller is
+/// refused meanwhile. A release on Redlock sends every optional argument of the release script
+/// (it publishes always), so this also checks that the script reads each from its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_hold_keeps_the_key_on_every_node_after_an_early_return() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(500));
+    let key = locker.key_of("held");
+    let o = opts(2_000).with_min_hold(ms(400));
+    let lease = locker.acquire("held", &o).await.unwrap();
+    let token = lease.token().to_owned();
+    lease.release().await.unwrap();
+    for i in 0..3 {
+        let pttl = nodes.pttl(i, &key).await;
+        assert!(
+            pttl > 0 && pttl <= 400,
+            "node {i}: PTTL {pttl}, not the rest of min_hold"
+        );
+        assert_eq!(
+            nodes.get(i, &key).await,
+            Some(format!("{token}:released")),
+            "node {i}"
+        );
+    }
+    let err = locker.acquire("held", &opts(2_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    eventually(ms(2_000), "the key expires on every node", || {
+        let (nodes, key) = (&nodes, &key);
+        async move {
+            for i in 0..3 {
+                if nodes.get(i, key).await.is_some() {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
+    locker
+        .acquire("held", &opts(2_000))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Within `wait`, an attempt that finds no majority (nodes down) is retried, not returned at
 /// once: the waiter gets the lock when the nodes come back; with the majority still down when
 /// the wait runs out, the answer is `QuorumUnavailable`. With `wait = 0` it fails at once (see
