@@ -155,6 +155,21 @@ async fn inspect_on_redlock_reports_the_majority_value() {
         .acquire("job", &LockOptions::new(ms(10_000)))
         .await
         .unwrap();
+    // The acquire returned once a majority granted it; the third node's grant may land a little
+    // later (a loaded machine delays its server). Only then does one node's loss leave a majority.
+    let key = locker.key_of("job");
+    support::eventually(ms(2_000), "every node holds the key", || {
+        let (nodes, key, token) = (&nodes, &key, lease.token());
+        async move {
+            for i in 0..3 {
+                if nodes.get(i, key).await.as_deref() != Some(token) {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await;
     // One node loses the key: the majority still holds it.
     let mut raw = support::raw_connection(&nodes.urls()[0]).await;
     let _: i64 = redis::cmd("DEL")
