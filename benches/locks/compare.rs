@@ -43,12 +43,14 @@ impl Slice {
 
 async fn run_slice(t: &Target, kind: Cycle, tasks: usize, length: Duration) -> Slice {
     let server_pid = t.server_pid.to_string();
+    // Read before the clocks start (and after they stop, below): the INFO round trip is no
+    // part of the slice's CPU time.
+    let mut stats = t.raw.clone();
+    let scripts = script_stats(&mut stats).await;
     let (client, server) = (
         ThreadClock::start("self", None),
         ThreadClock::start(&server_pid, None),
     );
-    let mut stats = t.raw.clone();
-    let scripts = script_stats(&mut stats).await;
     let io = io_calls(&server_pid);
     let start = Instant::now();
     let until = start + length;
