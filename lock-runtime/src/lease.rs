@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::quorum::Quorum;
-use crate::validity::{LeaseState, Status};
+use crate::status::StatusRx;
+use crate::validity::LeaseState;
 use crate::watchdog::Renewing;
 use crate::{LockError, LostReason};
 
@@ -83,7 +83,7 @@ impl Lease {
 
     /// Whether the lease is still held: not reported lost and inside its validity.
     pub fn is_held(&self) -> bool {
-        let s = *self.state.status.borrow();
+        let s = self.state.status.get();
         s.lost.is_none() && Instant::now() < s.valid_until
     }
 
@@ -91,13 +91,13 @@ impl Lease {
     pub async fn lost(&self) -> LostReason {
         let mut rx = self.state.status.subscribe();
         loop {
-            let s = *rx.borrow_and_update();
+            let s = rx.borrow_and_update();
             if let Some(reason) = s.lost {
                 return reason;
             }
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {
-                    if rx.borrow().valid_until <= Instant::now() {
+                    if rx.get().valid_until <= Instant::now() {
                         self.state.mark_lost(LostReason::ValidityExpired);
                         return LostReason::ValidityExpired;
                     }
@@ -107,7 +107,7 @@ impl Lease {
         }
     }
 
-    pub(crate) fn status(&self) -> watch::Receiver<Status> {
+    pub(crate) fn status(&self) -> StatusRx<'_> {
         self.state.status.subscribe()
     }
 
@@ -125,7 +125,7 @@ impl Lease {
         match &out {
             Ok(()) => crate::observe::released(self.state.label()),
             // A lost lease's key is gone already: that was reported when it was lost.
-            Err(LockError::Lost { .. }) if self.state.status.borrow().lost.is_some() => {}
+            Err(LockError::Lost { .. }) if self.state.status.get().lost.is_some() => {}
             Err(e) => crate::observe::release_failed(self.state.label(), e),
         }
         out
@@ -151,7 +151,7 @@ impl Drop for Lease {
                     match quorum.release(&state).await {
                         Ok(()) => crate::observe::released(state.label()),
                         // A lost lease's key is gone already: nothing failed.
-                        Err(LockError::Lost { .. }) if state.status.borrow().lost.is_some() => {}
+                        Err(LockError::Lost { .. }) if state.status.get().lost.is_some() => {}
                         Err(e) => crate::observe::release_failed(state.label(), &e),
                     }
                 });

@@ -61,6 +61,7 @@ mod run;
 mod scripts;
 mod sentinel;
 mod slot;
+mod status;
 mod validity;
 mod watchdog;
 

@@ -72,16 +72,18 @@ pub(crate) fn busy(label: Label<'_>, waited: Duration) {
     let _ = waited;
 }
 
-/// The lease ended (released, dropped or lost) after being held for `held`.
-pub(crate) fn ended(label: Label<'_>, held: Duration) {
+/// The lease ended (released, dropped or lost); it was taken at `started`.
+pub(crate) fn ended(label: Label<'_>, started: tokio::time::Instant) {
     #[cfg(feature = "metrics")]
     {
         let lock = label.value();
-        metrics::histogram!("lock_hold_seconds", "lock" => lock.clone()).record(held.as_secs_f64());
+        metrics::histogram!("lock_hold_seconds", "lock" => lock.clone())
+            .record(started.elapsed().as_secs_f64());
         metrics::gauge!("lock_leases_held", "lock" => lock).decrement(1.0);
     }
+    // Without metrics nothing is recorded (not even the clock read).
     #[cfg(not(feature = "metrics"))]
-    let _ = (label, held);
+    let _ = (label, started);
 }
 
 pub(crate) fn lost(label: Label<'_>, reason: LostReason) {

@@ -28,37 +28,22 @@ where
     let max_exec = opts.max_exec();
     let outcome = {
         let deadline = Instant::now() + max_exec;
-        let mut status = lease.status();
         let mut body = std::pin::pin!(CatchUnwind {
             inner: body(&lease),
         });
-        loop {
-            let now = status.borrow_and_update().to_owned();
-            if let Some(reason) = now.lost {
-                break Outcome::Lost(reason);
-            }
-            // The clock first: a body resumed after a pause must not take one more step past
-            // its bounds before the timers get polled.
-            if let Some(out) = past_bounds(deadline, now.valid_until) {
-                break out;
-            }
-            tokio::select! {
-                biased;
-                () = tokio::time::sleep_until(deadline.min(now.valid_until)) => {}
-                _ = status.changed() => {}
-                done = &mut body => break match done {
-                    Err(panic) => Outcome::Panicked(panic),
-                    // A body that finished after its lease ran out ran (partly) without the
-                    // lock: report the loss rather than a success.
-                    Ok(_) if status.borrow().lost.is_some() => {
-                        Outcome::Lost(status.borrow().lost.unwrap_or(LostReason::NotOwner))
-                    }
-                    Ok(_) if status.borrow().valid_until <= Instant::now() => {
-                        Outcome::Lost(LostReason::ValidityExpired)
-                    }
-                    Ok(v) => Outcome::Done(v),
-                },
-            }
+        // The first poll needs neither the deadline timer nor the loss watch (the bounds are
+        // checked just before it): a body that finishes without waiting costs neither.
+        let now = lease.state.status.get();
+        let first = match now.lost {
+            Some(reason) => Some(Outcome::Lost(reason)),
+            None => past_bounds(deadline, now.valid_until),
+        };
+        match first {
+            Some(out) => out,
+            None => match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
+                Poll::Ready(done) => finished(done, &lease),
+                Poll::Pending => race(&mut body, deadline, &lease).await,
+            },
         }
         // The body (and its borrow of the lease) is dropped here: cancelled if it did not finish.
     };
@@ -81,6 +66,50 @@ where
         Outcome::Panicked(panic) => resume_unwind(panic),
         Outcome::MaxExec => Err(LockError::MaxExecExceeded { name, max_exec }),
         Outcome::Lost(reason) => unreachable!("returned above: {reason}"),
+    }
+}
+
+/// Polls `body` until it finishes, raced against the deadline and the loss of `lease`.
+async fn race<T, F>(
+    body: &mut Pin<&mut CatchUnwind<F>>,
+    deadline: Instant,
+    lease: &Lease,
+) -> Outcome<T>
+where
+    F: Future<Output = T>,
+{
+    let mut status = lease.status();
+    loop {
+        let now = status.borrow_and_update();
+        if let Some(reason) = now.lost {
+            return Outcome::Lost(reason);
+        }
+        // The clock first: a body resumed after a pause must not take one more step past its
+        // bounds. Checked here, on every turn, the bounds need no timer to be polled before the
+        // body.
+        if let Some(out) = past_bounds(deadline, now.valid_until) {
+            return out;
+        }
+        tokio::select! {
+            biased;
+            done = body.as_mut() => return finished(done, lease),
+            () = tokio::time::sleep_until(deadline.min(now.valid_until)) => {}
+            () = status.changed() => {}
+        }
+    }
+}
+
+/// What a body that finished means: a body that finished after its lease was lost or ran out
+/// ran (partly) without the lock, which is reported rather than its value.
+fn finished<T>(done: Result<T, Box<dyn Any + Send>>, lease: &Lease) -> Outcome<T> {
+    let status = lease.state.status.get();
+    match done {
+        Err(panic) => Outcome::Panicked(panic),
+        Ok(_) if status.lost.is_some() => {
+            Outcome::Lost(status.lost.unwrap_or(LostReason::NotOwner))
+        }
+        Ok(_) if status.valid_until <= Instant::now() => Outcome::Lost(LostReason::ValidityExpired),
+        Ok(v) => Outcome::Done(v),
     }
 }
 

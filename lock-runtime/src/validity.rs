@@ -3,10 +3,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::observe::Label;
+pub(crate) use crate::status::Status;
+use crate::status::StatusCell;
 use crate::{LockError, LostReason};
 
 /// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
@@ -26,18 +27,9 @@ pub(crate) struct LeaseState {
     pub min_hold: Duration,
     /// The name's template, for metrics (see `LockOptions::with_template`).
     pub template: Option<&'static str>,
-    pub status: watch::Sender<Status>,
+    pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
-}
-
-/// The lease's current standing.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Status {
-    /// The last instant at which no other process can hold the key: the start of the last
-    /// confirmed renewal (or acquire) + ttl - drift.
-    pub valid_until: Instant,
-    pub lost: Option<LostReason>,
 }
 
 /// The parts of a lease fixed at acquire time.
@@ -61,7 +53,7 @@ impl LeaseState {
     /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
         let drift = crate::drift(g.ttl);
-        let (status, _) = watch::channel(Status {
+        let status = StatusCell::new(Status {
             valid_until: g.started + g.set_for.saturating_sub(crate::drift(g.set_for)),
             lost: None,
         });
@@ -138,10 +130,10 @@ impl LeaseState {
         });
         if lost_now {
             crate::observe::lost(self.label(), LostReason::ValidityExpired);
-        } else if self.status.borrow().lost.is_none() {
+        } else if self.status.get().lost.is_none() {
             crate::observe::renewed(self.label(), sent.elapsed());
         }
-        self.status.borrow().lost.is_none()
+        self.status.get().lost.is_none()
     }
 
     /// Records the loss (once: loss is final); the first report is logged and counted.
@@ -160,14 +152,14 @@ impl LeaseState {
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
-        self.status.borrow().valid_until
+        self.status.get().valid_until
     }
 
     /// Marks the lease released or dropped; true the first time.
     pub(crate) fn end(&self) -> bool {
         let first = !self.ended.swap(true, Ordering::AcqRel);
         if first {
-            crate::observe::ended(self.label(), self.started.elapsed());
+            crate::observe::ended(self.label(), self.started);
         }
         first
     }
