@@ -697,6 +697,59 @@ async fn s4_frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
     silenced_holder(Silence::Freeze).await;
 }
 
+/// The engine bounds every request itself: the command connections have no response timeout of
+/// their own, and an uncontended acquire's plain-command request has no timer but its attempt's.
+/// So once an established connection goes silent, each acquire attempt and each release still
+/// gives up after one response timeout (not at the lock's ttl, not never), and the key is left
+/// to expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_a_silent_connection_bounds_each_acquire_and_release_by_the_response_timeout() {
+    let _serial = serial().await;
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let response = Duration::from_millis(300);
+    let locker = Locker::builder()
+        .url(proxy.url())
+        .response_timeout(response)
+        .build()
+        .unwrap();
+    // Connected, scripts loaded: what follows is the plain-command path and the release script.
+    let long = opts(30_000);
+    locker
+        .acquire("s4-warm", &long)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let held = locker.acquire("s4-held", &long).await.unwrap();
+    proxy.blackhole();
+    // Within the bound, plus scheduling slack on a loaded machine; far below the 30 s ttl.
+    let bound = response + Duration::from_millis(700);
+    let started = Instant::now();
+    let err = timeout(Duration::from_secs(10), locker.acquire("s4-other", &long))
+        .await
+        .expect("an acquire on a silent connection returns")
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("did not answer within 300ms"),
+        "{err}"
+    );
+    assert!(took >= response && took < bound, "acquire took {took:?}");
+    let started = Instant::now();
+    let err = timeout(Duration::from_secs(10), held.release())
+        .await
+        .expect("a release on a silent connection returns")
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
+    assert!(took >= response && took < bound, "release took {took:?}");
+    // Nothing was deleted behind the silence: the held key is still there, to expire by its ttl.
+    assert!(env.exists(&env.key("s4-held")).await);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Acquire reply delayed past the ttl.
 

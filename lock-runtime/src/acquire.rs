@@ -137,9 +137,11 @@ impl Acquirer {
             // Each attempt is bounded, connecting included: a server that accepts connections
             // but never answers cannot stretch the call past `wait` plus one response timeout
             // (on Redlock three: the grants, raising fences, cleaning up a failed attempt are
-            // each bounded by one).
-            let phases = if self.quorum.nodes().len() == 1 { 1 } else { 3 };
-            let bound = self.quorum.nodes()[0].response_timeout() * phases;
+            // each bounded by one). On one server this is also the only bound of the
+            // plain-command request.
+            let bound = self
+                .quorum
+                .attempt_bound(opts.ttl().saturating_sub(opts.drift()));
             let attempt =
                 tokio::time::timeout(bound, self.attempt(&mut name, &keys, token, waiter, opts));
             let outcome = match attempt

@@ -12,6 +12,15 @@ pub(crate) struct Settings {
     pub response_timeout: Duration,
 }
 
+/// The connection manager of a server's commands: reconnects quickly after a fault. Its replies
+/// are not bounded by redis-rs: the engine bounds every request itself (`Node::bounded`), with
+/// one timer, and an acquire attempt on one server is bounded as a whole, its request included,
+/// so that request needs no second timer. (A response timeout never makes redis-rs reconnect,
+/// so nothing else changes.)
+pub(crate) fn command_config(settings: Settings) -> ConnectionManagerConfig {
+    manager_config(settings).set_response_timeout(None)
+}
+
 /// A connection manager that reconnects quickly after a fault and bounds every reply.
 pub(crate) fn manager_config(settings: Settings) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::validity::LeaseState;
 
 tokio::task_local! {
-    static HELD: Vec<Held>;
+    static HELD: Holding;
 }
 
 #[derive(Clone)]
@@ -18,11 +18,24 @@ struct Held {
     lease: Arc<LeaseState>,
 }
 
+/// What the task holds: the innermost lease inline, and those of the calls around it (empty for
+/// an outermost call, which so allocates nothing).
+struct Holding {
+    innermost: Held,
+    outer: Vec<Held>,
+}
+
+impl Holding {
+    /// Innermost first.
+    fn iter(&self) -> impl Iterator<Item = &Held> {
+        std::iter::once(&self.innermost).chain(self.outer.iter().rev())
+    }
+}
+
 /// The lease this task holds on `key` through locker `locker`, if any.
 pub(crate) fn find(locker: usize, key: &str) -> Option<Arc<LeaseState>> {
     HELD.try_with(|held| {
         held.iter()
-            .rev()
             .find(|h| h.locker == locker && h.lease.key == key)
             .map(|h| Arc::clone(&h.lease))
     })
@@ -32,7 +45,13 @@ pub(crate) fn find(locker: usize, key: &str) -> Option<Arc<LeaseState>> {
 
 /// Runs `fut` with `lease` added to the locks this task holds.
 pub(crate) async fn holding<F: Future>(locker: usize, lease: Arc<LeaseState>, fut: F) -> F::Output {
-    let mut held = HELD.try_with(Clone::clone).unwrap_or_default();
-    held.push(Held { locker, lease });
-    HELD.scope(held, fut).await
+    let outer = HELD
+        .try_with(|held| {
+            let mut outer = held.outer.clone();
+            outer.push(held.innermost.clone());
+            outer
+        })
+        .unwrap_or_default();
+    let innermost = Held { locker, lease };
+    HELD.scope(Holding { innermost, outer }, fut).await
 }

@@ -73,12 +73,6 @@ impl Link {
         }
     }
 
-    /// Whether each reply is already bounded by the response timeout (a cluster connection
-    /// retries on its own, so its requests need a bound of their own).
-    pub(crate) fn bounds_replies(&self) -> bool {
-        !matches!(self, Self::Cluster(_))
-    }
-
     pub(crate) fn cluster(&self) -> Option<&ClusterLink> {
         match self {
             Self::Cluster(c) => Some(c),

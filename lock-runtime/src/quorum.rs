@@ -150,6 +150,17 @@ impl Quorum {
         }
     }
 
+    /// The bound of one whole acquire attempt (see `acquire`), connecting included: on one
+    /// server the per-node limit (a reply after the validity is of no use), which also bounds
+    /// the request of the plain-command path (it has no timer of its own); on several, one
+    /// response timeout for each of the grants, raising fences and cleaning up a failed attempt.
+    pub(crate) fn attempt_bound(&self, validity: Duration) -> Duration {
+        match self.nodes.len() {
+            1 => self.per_node_limit(validity),
+            _ => self.nodes[0].response_timeout() * 3,
+        }
+    }
+
     /// The most any one request may take: with one server, the whole validity window; with
     /// several, a tenth of it, so that slow servers cannot eat the lease.
     fn per_node_limit(&self, validity: Duration) -> Duration {
@@ -243,7 +254,8 @@ impl Quorum {
 
     /// One acquire attempt on every server at once. Decided as soon as a majority granted it or
     /// is out of reach; a failed attempt deletes what it took (at once where granted, and on
-    /// servers whose reply is still out as soon as they answer).
+    /// servers whose reply is still out as soon as they answer). The caller bounds the whole call
+    /// by [`Self::attempt_bound`]: on one server, the plain-command request has no other bound.
     pub(crate) async fn acquire(
         &self,
         name: &str,
@@ -260,7 +272,7 @@ impl Quorum {
             && !node.is_cluster()
         {
             match node
-                .acquire_fast(keys, ask.token, ask.ttl_ms, ask.fenced, limit)
+                .acquire_fast(keys, ask.token, ask.ttl_ms, ask.fenced)
                 .await
             {
                 Ok(FastReply::Taken { fence }) => {
@@ -618,16 +630,23 @@ impl Quorum {
     /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
     /// when a majority confirms. `Lost` when the key was no longer ours.
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
-        let how = Arc::new(Release {
+        let how = Release {
             keep_ms: lease.keep_ms(),
             always_publish: self.always_publish(),
             record_fence: if lease.record_fence { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
-        });
+        };
+        // One server decides alone: no shared request, no tally (nothing allocated).
+        if let [node] = self.nodes.as_slice() {
+            return match node.release(&lease.key, &lease.token, &how).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(lease.lost_error(LostReason::NotOwner)),
+                Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
+            };
+        }
+        let how = Arc::new(how);
         let (needed, n) = (self.needed, self.nodes.len());
-        let replies = if let [node] = self.nodes.as_slice() {
-            vec![Some(node.release(&lease.key, &lease.token, &how).await)]
-        } else {
+        let replies = {
             let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
                 let node = Arc::clone(node);
                 let (key, token, how) = (lease.key.clone(), lease.token.clone(), Arc::clone(&how));

@@ -13,7 +13,7 @@ use redis::{
 };
 use tokio::time::Instant;
 
-use crate::connect::{Settings, bounded, manager_config};
+use crate::connect::{Settings, bounded, command_config};
 
 /// Asks the Sentinels at most this often while requests keep failing.
 const RESOLVE_EVERY: Duration = Duration::from_millis(100);
@@ -162,7 +162,7 @@ impl SentinelLink {
         {
             return Ok(p.conn.clone());
         }
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(self.settings))?;
+        let conn = ConnectionManager::new_lazy_with_config(client, command_config(self.settings))?;
         let previous = self
             .current
             .write()

@@ -163,13 +163,15 @@ impl Node {
     /// Without `fenced` (nobody can read the fence) the clock and the counter are left out and
     /// the fence is 0. Anything unusual (a key or counter of another type, a counter that is not
     /// a number) goes to the script (`Unclear`), which tells what it is.
+    ///
+    /// Not bounded here: its one caller bounds the whole attempt, this request included (see
+    /// `Quorum::attempt_bound`), so the request needs no timer of its own.
     pub(crate) async fn acquire_fast(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
         fenced: bool,
-        limit: Duration,
     ) -> RedisResult<FastReply> {
         let key = &keys.key;
         // Each command sized up front: no buffer grows on the way.
@@ -204,7 +206,7 @@ impl Node {
         let sent = Instant::now();
         let mut conn = self.conn().await?;
         let replies = self
-            .bounded(limit, pipe.query_async::<Vec<Value>>(&mut conn))
+            .observed(pipe.query_async::<Vec<Value>>(&mut conn))
             .await;
         let replies = match replies {
             Ok(replies) => replies,

@@ -12,7 +12,7 @@ use redis::{
 
 use crate::LockError;
 use crate::cluster::ClusterLink;
-use crate::connect::{RoundTrip, Settings, bounded, manager_config, open_client, redact};
+use crate::connect::{RoundTrip, Settings, bounded, command_config, open_client, redact};
 use crate::keys::Keys;
 use crate::link::{Conn, Link};
 use crate::pubsub::{Notifications, Source, Subscription, Wake};
@@ -83,7 +83,7 @@ impl Node {
         let info = url.into_connection_info().map_err(bad)?;
         let addr = info.addr().to_string();
         let client = open_client(info.clone(), tls_root_cert).map_err(bad)?;
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(settings))
+        let conn = ConnectionManager::new_lazy_with_config(client, command_config(settings))
             .map_err(bad)?;
         let source = Source::direct(&info, tls_root_cert).map_err(bad)?;
         Ok(Self::with_link(
@@ -240,18 +240,19 @@ impl Node {
         conn
     }
 
-    /// Runs `request` bounded by `limit` (no second timer where the connection already bounds
-    /// each reply by the same limit), and lets the link learn from its outcome.
+    /// Runs `request` bounded by `limit` (the connections bound no reply by themselves, see
+    /// `connect::command_config`), and lets the link learn from its outcome.
     async fn bounded<T>(
         &self,
         limit: Duration,
         request: impl Future<Output = RedisResult<T>>,
     ) -> RedisResult<T> {
-        let out = if self.link.bounds_replies() && limit >= self.settings.response_timeout {
-            request.await
-        } else {
-            bounded(limit, request).await
-        };
+        self.observed(bounded(limit, request)).await
+    }
+
+    /// Runs `request`, which its caller bounds, and lets the link learn from its outcome.
+    async fn observed<T>(&self, request: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
+        let out = request.await;
         self.link.observe(&out);
         out
     }
