@@ -734,8 +734,15 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     }
     let gave_up = tokio::time::timeout(ms(150), slow.acquire("dropped", &opts(10_000))).await;
     assert!(gave_up.is_err(), "the acquire should still have been out");
-    // The fault is real: every node granted it to the caller that gave up.
-    assert_eq!(nodes.holders(&key).await.len(), 3);
+    // The fault is real: a majority granted it to the caller that gave up, so nobody else could
+    // take the lock before its ttl. (On a loaded machine the third node's grant can land later:
+    // under three busy loops, 3 to 5 runs in 30 saw two holders here; the end of the test
+    // checks every node.)
+    let granted = nodes.holders(&key).await.len();
+    assert!(
+        granted >= 2,
+        "only {granted} of 3 nodes granted the dropped acquire"
+    );
     let start = Instant::now();
     let lease = direct
         .acquire("dropped", &opts(10_000).with_wait(ms(5_000)))
@@ -746,6 +753,25 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
         "the next caller waited {:?}, not about one round trip",
         start.elapsed()
     );
+    // Undone on every node, the late one included: soon no node holds any value but the new
+    // lease's (the dropped caller's would stay for its 10 s ttl).
+    eventually(
+        ms(2_000),
+        "the dropped acquire's key is gone from every node",
+        || async {
+            for i in 0..nodes.len() {
+                if nodes
+                    .get(i, &key)
+                    .await
+                    .is_some_and(|value| value != lease.token())
+                {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
     lease.release().await.unwrap();
 }
 
