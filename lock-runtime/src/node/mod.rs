@@ -247,7 +247,11 @@ impl Node {
         limit: Duration,
         request: impl Future<Output = RedisResult<T>>,
     ) -> RedisResult<T> {
-        self.observed(bounded(limit, request)).await
+        // Not `self.observed(..)`: every `async fn` layer that takes a future keeps it twice,
+        // and this one is in every request's future.
+        let out = bounded(limit, request).await;
+        self.link.observe(&out);
+        out
     }
 
     /// Runs `request`, which its caller bounds, and lets the link learn from its outcome.
