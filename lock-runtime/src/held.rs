@@ -43,8 +43,13 @@ pub(crate) fn find(locker: usize, key: &str) -> Option<Arc<LeaseState>> {
     .flatten()
 }
 
-/// Runs `fut` with `lease` added to the locks this task holds.
-pub(crate) async fn holding<F: Future>(locker: usize, lease: Arc<LeaseState>, fut: F) -> F::Output {
+/// Runs `fut` with `lease` added to the locks this task holds (to be awaited at once, by the
+/// task that called it). Not an `async fn`: one that takes a future keeps it twice.
+pub(crate) fn holding<F: Future>(
+    locker: usize,
+    lease: Arc<LeaseState>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
     let outer = HELD
         .try_with(|held| {
             let mut outer = held.outer.clone();
@@ -53,5 +58,5 @@ pub(crate) async fn holding<F: Future>(locker: usize, lease: Arc<LeaseState>, fu
         })
         .unwrap_or_default();
     let innermost = Held { locker, lease };
-    HELD.scope(Holding { innermost, outer }, fut).await
+    HELD.scope(Holding { innermost, outer }, fut)
 }

@@ -169,21 +169,27 @@ impl Locker {
             waited_ms = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let call = async {
-            let begun = tokio::time::Instant::now();
-            if let Some(held) = crate::held::find(self.id(), &key) {
-                let lease = self.nested(held, opts).await?;
+        // The call's future goes straight into `instrument`: bound to a local first, it would be
+        // kept twice in this future (once as the local, once inside the span's wrapper).
+        let out = tracing::Instrument::instrument(
+            async {
+                let begun = tokio::time::Instant::now();
+                if let Some(held) = crate::held::find(self.id(), &key) {
+                    let lease = self.nested(held, opts).await?;
+                    record_fence(&span, &lease);
+                    span.record("waited_ms", 0);
+                    return crate::run::run_body(lease, opts, body).await;
+                }
+                let lease = self.inner.acquirer.acquire(key, name, opts).await?;
                 record_fence(&span, &lease);
-                span.record("waited_ms", 0);
-                return crate::run::run_body(lease, opts, body).await;
-            }
-            let lease = self.inner.acquirer.acquire(key, name, opts).await?;
-            record_fence(&span, &lease);
-            span.record("waited_ms", begun.elapsed().as_millis() as u64);
-            let state = Arc::clone(&lease.state);
-            crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body)).await
-        };
-        let out = tracing::Instrument::instrument(call, span.clone()).await;
+                span.record("waited_ms", begun.elapsed().as_millis() as u64);
+                let state = Arc::clone(&lease.state);
+                crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body))
+                    .await
+            },
+            span.clone(),
+        )
+        .await;
         span.record("outcome", outcome_of(&out));
         out
     }
