@@ -142,11 +142,14 @@ impl Acquirer {
             let bound = self
                 .quorum
                 .attempt_bound(opts.ttl().saturating_sub(opts.drift()));
-            let attempt =
-                tokio::time::timeout(bound, self.attempt(&mut name, &keys, token, waiter, opts));
-            let outcome = match attempt
-                .await
-                .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
+            // Awaited where it is made: bound to a local first, the attempt's future would be
+            // kept twice in this one.
+            let outcome = match tokio::time::timeout(
+                bound,
+                self.attempt(&mut name, &keys, token, waiter, opts),
+            )
+            .await
+            .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
             {
                 Ok(outcome) => outcome,
                 // No majority this time, or the one server failed: within `wait`, try again

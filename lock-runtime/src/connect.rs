@@ -1,5 +1,7 @@
 //! How the engine connects to a server: timeouts, reconnect policy, TLS, and URL hygiene.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
@@ -32,16 +34,40 @@ pub(crate) fn manager_config(settings: Settings) -> ConnectionManagerConfig {
 }
 
 /// Bounds a request by `limit`; a timeout becomes an I/O timeout error.
-pub(crate) async fn bounded<T>(
+pub(crate) fn bounded<T, F: Future<Output = RedisResult<T>>>(
     limit: Duration,
-    fut: impl Future<Output = RedisResult<T>>,
-) -> RedisResult<T> {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(res) => res,
-        Err(_) => Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no reply within {limit:?}"),
-        ))),
+    request: F,
+) -> Bounded<F> {
+    Bounded {
+        request: tokio::time::timeout(limit, request),
+        limit,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request bounded by a time limit (see [`bounded`]). A future of its own, not an `async
+    /// fn`: one that takes a future keeps it twice, and this one is in every request.
+    pub(crate) struct Bounded<F> {
+        #[pin]
+        request: tokio::time::Timeout<F>,
+        limit: Duration,
+    }
+}
+
+impl<T, F: Future<Output = RedisResult<T>>> Future for Bounded<F> {
+    type Output = RedisResult<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let limit = *this.limit;
+        this.request.poll(cx).map(|out| {
+            out.unwrap_or_else(|_| {
+                Err(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no reply within {limit:?}"),
+                )))
+            })
+        })
     }
 }
 

@@ -2,6 +2,9 @@
 //! routes each command to the node of its key's slot and follows MOVED and ASK), or the primary
 //! that Sentinel names (found again after a failover).
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
@@ -65,6 +68,14 @@ impl Link {
         }
     }
 
+    /// `request`, from whose outcome this link learns (see [`Self::observe`]).
+    pub(crate) fn observed<F>(&self, request: F) -> Observed<'_, F> {
+        Observed {
+            request,
+            link: self,
+        }
+    }
+
     /// Learns from a request's outcome: behind Sentinel, an error that may mean a failover makes
     /// the link ask the Sentinels for the primary again.
     pub(crate) fn observe<T>(&self, result: &RedisResult<T>) {
@@ -78,5 +89,26 @@ impl Link {
             Self::Cluster(c) => Some(c),
             _ => None,
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A request whose outcome its link learns from. A future of its own, not an `async fn`: one
+    /// that takes a future keeps it twice, and this one is in every request.
+    pub(crate) struct Observed<'a, F> {
+        #[pin]
+        request: F,
+        link: &'a Link,
+    }
+}
+
+impl<T, F: Future<Output = RedisResult<T>>> Future for Observed<'_, F> {
+    type Output = RedisResult<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let out = std::task::ready!(this.request.poll(cx));
+        this.link.observe(&out);
+        Poll::Ready(out)
     }
 }

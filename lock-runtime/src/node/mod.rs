@@ -12,9 +12,9 @@ use redis::{
 
 use crate::LockError;
 use crate::cluster::ClusterLink;
-use crate::connect::{RoundTrip, Settings, bounded, command_config, open_client, redact};
+use crate::connect::{Bounded, RoundTrip, Settings, bounded, command_config, open_client, redact};
 use crate::keys::Keys;
-use crate::link::{Conn, Link};
+use crate::link::{Conn, Link, Observed};
 use crate::pubsub::{Notifications, Source, Subscription, Wake};
 use crate::scripts::{self, evalsha};
 use crate::sentinel::SentinelLink;
@@ -242,23 +242,17 @@ impl Node {
 
     /// Runs `request` bounded by `limit` (the connections bound no reply by themselves, see
     /// `connect::command_config`), and lets the link learn from its outcome.
-    async fn bounded<T>(
+    fn bounded<T, F: Future<Output = RedisResult<T>>>(
         &self,
         limit: Duration,
-        request: impl Future<Output = RedisResult<T>>,
-    ) -> RedisResult<T> {
-        // Not `self.observed(..)`: every `async fn` layer that takes a future keeps it twice,
-        // and this one is in every request's future.
-        let out = bounded(limit, request).await;
-        self.link.observe(&out);
-        out
+        request: F,
+    ) -> Observed<'_, Bounded<F>> {
+        self.link.observed(bounded(limit, request))
     }
 
     /// Runs `request`, which its caller bounds, and lets the link learn from its outcome.
-    async fn observed<T>(&self, request: impl Future<Output = RedisResult<T>>) -> RedisResult<T> {
-        let out = request.await;
-        self.link.observe(&out);
-        out
+    fn observed<F>(&self, request: F) -> Observed<'_, F> {
+        self.link.observed(request)
     }
 
     /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
@@ -291,7 +285,8 @@ impl Node {
         limit: Duration,
     ) -> RedisResult<(T, Option<usize>)> {
         let mut conn = self.conn().await?;
-        let call = async {
+        // Handed over where it is made: bound to a local first, it would be kept twice.
+        self.bounded(limit, async {
             let mut loaded = false;
             loop {
                 let out = match wait {
@@ -316,8 +311,8 @@ impl Node {
                     other => return other,
                 }
             }
-        };
-        self.bounded(limit, call).await
+        })
+        .await
     }
 
     /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
