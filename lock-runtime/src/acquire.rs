@@ -139,9 +139,7 @@ impl Acquirer {
             // (on Redlock three: the grants, raising fences, cleaning up a failed attempt are
             // each bounded by one). On one server this is also the only bound of the
             // plain-command request.
-            let bound = self
-                .quorum
-                .attempt_bound(opts.ttl().saturating_sub(opts.drift()));
+            let bound = self.quorum.attempt_bound(opts.validity());
             // Awaited where it is made: bound to a local first, the attempt's future would be
             // kept twice in this one.
             let outcome = match tokio::time::timeout(
@@ -333,7 +331,7 @@ impl Acquirer {
         opts: &LockOptions,
     ) -> Result<Attempt, LockError> {
         let ttl = opts.ttl();
-        let validity = ttl.saturating_sub(opts.drift());
+        let validity = opts.validity();
         let sent = Instant::now();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);

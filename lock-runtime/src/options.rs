@@ -165,6 +165,11 @@ impl LockOptions {
         drift(self.ttl)
     }
 
+    /// How long a lease is known valid after its acquire was sent: `ttl - drift`.
+    pub(crate) const fn validity(&self) -> Duration {
+        self.ttl.saturating_sub(self.drift())
+    }
+
     /// Checks the rules of the attribute's table (the same code checks the attribute when it
     /// compiles); the error names every rule that failed and what to do.
     pub fn validate(&self) -> Result<(), LockError> {

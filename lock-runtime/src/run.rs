@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
+use crate::status::Status;
 use crate::{Lease, LockError, LockOptions, LostReason};
 
 enum Outcome<T> {
@@ -33,12 +34,7 @@ where
         });
         // The first poll needs neither the deadline timer nor the loss watch (the bounds are
         // checked just before it): a body that finishes without waiting costs neither.
-        let now = lease.state.status.get();
-        let first = match now.lost {
-            Some(reason) => Some(Outcome::Lost(reason)),
-            None => past_bounds(deadline, now.valid_until),
-        };
-        match first {
+        match stopped(deadline, lease.state.status.get()) {
             Some(out) => out,
             None => match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
                 Poll::Ready(done) => finished(done, &lease),
@@ -81,13 +77,10 @@ where
     let mut status = lease.status();
     loop {
         let now = status.borrow_and_update();
-        if let Some(reason) = now.lost {
-            return Outcome::Lost(reason);
-        }
         // The clock first: a body resumed after a pause must not take one more step past its
         // bounds. Checked here, on every turn, the bounds need no timer to be polled before the
         // body.
-        if let Some(out) = past_bounds(deadline, now.valid_until) {
+        if let Some(out) = stopped(deadline, now) {
             return out;
         }
         tokio::select! {
@@ -110,6 +103,14 @@ fn finished<T>(done: Result<T, Box<dyn Any + Send>>, lease: &Lease) -> Outcome<T
         }
         Ok(_) if status.valid_until <= Instant::now() => Outcome::Lost(LostReason::ValidityExpired),
         Ok(v) => Outcome::Done(v),
+    }
+}
+
+/// Why the body must stop now, if it must: the lease was lost, or a bound has passed.
+fn stopped<T>(deadline: Instant, status: Status) -> Option<Outcome<T>> {
+    match status.lost {
+        Some(reason) => Some(Outcome::Lost(reason)),
+        None => past_bounds(deadline, status.valid_until),
     }
 }
 

@@ -6,8 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::observe::Label;
-pub(crate) use crate::status::Status;
-use crate::status::StatusCell;
+use crate::status::{Status, StatusCell};
 use crate::{LockError, LostReason};
 
 /// One held lease: its identity, its lengths, and its standing (updated by the watchdog).

@@ -206,6 +206,7 @@ impl Node {
         let sent = Instant::now();
         let mut conn = self.conn().await?;
         let replies = self
+            .link
             .observed(pipe.query_async::<Vec<Value>>(&mut conn))
             .await;
         let replies = match replies {

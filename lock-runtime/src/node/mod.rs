@@ -250,11 +250,6 @@ impl Node {
         self.link.observed(bounded(limit, request))
     }
 
-    /// Runs `request`, which its caller bounds, and lets the link learn from its outcome.
-    fn observed<F>(&self, request: F) -> Observed<'_, F> {
-        self.link.observed(request)
-    }
-
     /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
     /// The timeout stays well inside the lease's validity (`ttl - drift`): a tenth of it, but at
     /// least the drift, and at most a quarter of the response timeout.
