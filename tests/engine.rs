@@ -4,7 +4,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockOptions, Locker, LostReason};
@@ -111,10 +111,11 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
 
 /// An uncontended release is one short EVALSHA: the lock key, the token, the fence counter's
 /// retention, and the fence only when the lease has one to record (the script names the queue
-/// and the counter after the key). The script then takes its shortest path: GET, EXISTS of the
-/// queue, DEL. Each argument costs the server on every release; before, every release sent 3
-/// keys and 6 arguments and went through every check of the script (about 0.7 µs more per
-/// release by INFO commandstats).
+/// and the counter after the key). The script then takes its shortest path: GET and DEL, with
+/// no look at the queue (a waiter would have marked the value); a release that records its
+/// fence also looks at the queue. Each argument costs the server on every release; before,
+/// every release sent 3 keys and 6 arguments and went through every check of the script (about
+/// 0.7 µs more per release by INFO commandstats).
 #[tokio::test]
 async fn an_uncontended_release_sends_the_key_token_and_retention_only() {
     let env = Env::start().await;
@@ -157,7 +158,7 @@ async fn an_uncontended_release_sends_the_key_token_and_retention_only() {
         if fenced {
             assert_eq!(inner, ["GET", "SET", "EXISTS", "DEL"], "records the fence");
         } else {
-            assert_eq!(inner, ["GET", "EXISTS", "DEL"], "the shortest path");
+            assert_eq!(inner, ["GET", "DEL"], "the shortest path");
         }
     }
 }
@@ -1108,7 +1109,11 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
 
 /// A rolling upgrade: a waiter of an older version (its state in the queue has no ttl) is not
 /// sent a grant it would not understand; it gets the old hand-over, `~<waiter id>` for its grace,
-/// which its next attempt takes (and which goes on to others once that grace is over).
+/// which its next attempt takes (and which goes on to others once that grace is over). Such a
+/// waiter does not mark the holder's value either: the hand-over comes from a release that looks
+/// at the queue (one that records its fence, as here); the short path of an unfenced release
+/// frees the key, and the older waiter takes it at its next attempt, within a third of its
+/// grace.
 #[tokio::test]
 async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
     let env = Env::start().await;
@@ -1132,6 +1137,140 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
         .unwrap();
     assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
     lease.release().await.unwrap();
+}
+
+/// A waiter that queues behind a holder marks the holder's value in place (`;w=0` becomes
+/// `;w=1`; the key keeps its expiry), so that the holder's release, whose short path no longer
+/// looks at the queue, knows it has the lock to hand over. The holder renews the marked key,
+/// and its release grants the lock to the waiter in the same script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
+    let env = Env::start().await;
+    let name = "marked";
+    let key = env.key(name);
+    // Unfenced: its release takes the short path unless the value is marked.
+    let holder = env
+        .locker
+        .acquire(name, &opts(900).without_fence())
+        .await
+        .unwrap();
+    let token = holder.token().to_owned();
+    let unmarked = token
+        .strip_suffix(";w=0")
+        .expect("the mark's field ends the value");
+    let marked = format!("{unmarked};w=1");
+    let pttl_before = env.pttl(&key).await;
+    let waiter = take_and_release(
+        env.second_locker().await,
+        name,
+        opts(10_000).with_wait(ms(10_000)),
+    );
+    queued(&env, name, 1).await;
+    assert_eq!(env.get(&key).await.as_deref(), Some(marked.as_str()));
+    let pttl_marked = env.pttl(&key).await;
+    assert!(
+        (0..=pttl_before).contains(&pttl_marked),
+        "marking kept the expiry: {pttl_before} -> {pttl_marked} ms"
+    );
+    // Renewed (every 300 ms) while marked: the expiry moves back up and the value stays.
+    let lowest = AtomicI64::new(pttl_marked);
+    eventually(ms(2_000), "the marked key is renewed", || async {
+        let pttl = env.pttl(&key).await;
+        pttl > lowest.fetch_min(pttl, Ordering::SeqCst).min(pttl) + 100
+    })
+    .await;
+    assert_eq!(env.get(&key).await.as_deref(), Some(marked.as_str()));
+    assert!(holder.is_held());
+    let monitor = Monitor::start(env.server.addr());
+    holder.release().await.unwrap();
+    let fence = tokio::time::timeout(ms(5_000), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap();
+    assert!(fence > 0);
+    let inner: Vec<_> = monitor
+        .commands()
+        .into_iter()
+        .filter(|c| c.in_script)
+        .map(|c| c.args[0].to_ascii_uppercase())
+        .collect();
+    assert!(
+        inner.starts_with(&["GET".to_owned(), "EXISTS".to_owned()])
+            && inner.contains(&"PUBLISH".to_owned()),
+        "the release granted the lock in its own script: {inner:?}"
+    );
+}
+
+/// A value that is not this version's (another client's, or one written before the waiters'
+/// mark) is never changed by a waiter queued behind it; the waiter takes the lock once it
+/// expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_never_changes_a_value_without_the_mark() {
+    let env = Env::start().await;
+    let name = "foreign-mark";
+    let key = env.key(name);
+    for value in [
+        "8f3c0d5e-4b1a-4c2e-9f6d-2a7b8c9d0e1f",
+        "0123456789abcdef0123456789abcdef;host=h;pid=7",
+    ] {
+        let mut raw = env.raw.clone();
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg(value)
+            .arg("PX")
+            .arg(700)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let waiter = take_and_release(
+            env.second_locker().await,
+            name,
+            opts(10_000).with_wait(ms(5_000)),
+        );
+        queued(&env, name, 1).await;
+        assert_eq!(env.get(&key).await.as_deref(), Some(value));
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("taken once the key expired")
+            .unwrap();
+    }
+}
+
+/// The plain-command acquire that takes a free key from under queued waiters (the lock was
+/// freed by expiry under them, who could not mark a value that was gone) gives it back through
+/// the release script's whole path, which grants it to the first waiter: the short path would
+/// have freed it for anyone. The caller, trying once, gets `Busy`.
+#[tokio::test]
+async fn a_key_taken_from_under_queued_waiters_is_granted_to_the_first_of_them() {
+    let env = Env::start().await;
+    let name = "taken-under";
+    let key = env.key(name);
+    // A waiter of this version between two attempts: its place, and its state as its attempt
+    // writes it (`<nonce> <ttl ms> <grace ms>`).
+    let nonce = "0123456789abcdef0123456789abcdef;host=h;pid=7;w=0";
+    let mut raw = env.raw.clone();
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(1)
+        .arg("elder")
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
+        .arg("elder")
+        .arg(format!("{nonce} 10000 3000"))
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = env.locker.acquire(name, &opts(10_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert_eq!(
+        env.get(&key).await.as_deref(),
+        Some(nonce),
+        "granted to the elder"
+    );
+    assert_eq!(queue_len(&env, name).await, 0);
 }
 
 /// The first waiter's id in the queue of the lock `key`, and the grant channel it names

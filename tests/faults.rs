@@ -278,10 +278,11 @@ async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
             .query_async(&mut raw)
             .await
             .unwrap();
-        assert_eq!(
-            value.as_deref(),
-            Some(a_token.as_str()),
-            "round {round}: the killed holder's key"
+        // As the holder wrote it, or with the waiters' mark set by the queued waiter.
+        let marked = a_token.strip_suffix(";w=0").map(|t| format!("{t};w=1"));
+        assert!(
+            value.as_deref() == Some(a_token.as_str()) || value == marked,
+            "round {round}: the killed holder's key: {value:?}, token {a_token}"
         );
         assert!(pttl > 0, "round {round}: PTTL {pttl}");
         let expires_no_earlier = asked + ms(pttl as u64);

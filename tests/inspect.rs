@@ -64,7 +64,9 @@ async fn inspect_shows_the_holder_its_fence_and_the_waiters_in_order() {
         (std::process::id(), Some("holder"))
     );
     assert!(lease.token().starts_with(&h.token));
-    assert_eq!(info.value, lease.token());
+    // The waiters queued behind the holder set the mark at the end of its value.
+    let unmarked = lease.token().strip_suffix(";w=0").unwrap();
+    assert_eq!(info.value, format!("{unmarked};w=1"));
     // The last fence recorded is the released lease's; the holder's own is above it.
     assert_eq!(info.fence, Some(recorded));
     assert!(lease.fence() > recorded);
@@ -215,7 +217,10 @@ async fn the_value_stored_in_the_key_names_this_process_and_its_label() {
         identity.contains(&format!(";pid={};", std::process::id())),
         "{stored}"
     );
-    assert!(identity.ends_with(";label=billing_worker__2"), "{stored}");
+    assert!(
+        identity.ends_with(";label=billing_worker__2;w=0"),
+        "{stored}"
+    );
     assert!(identity.starts_with(";host="), "{stored}");
     assert!(!stored.contains(' '), "{stored}");
     lease.release().await.unwrap();

@@ -2,9 +2,13 @@
 //! took it, so that an operator can tell (`Locker::inspect`, `lockctl`). The scripts compare the
 //! whole value as one opaque string; only inspection reads it apart.
 //!
-//! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>]`. Host and label keep ASCII
-//! letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then has
-//! no space, which the waiter queue's state string relies on, and no `;` or `=` inside a field).
+//! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>];w=0`. Host and label keep
+//! ASCII letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then
+//! has no space, which the waiter queue's state string relies on, and no `;` or `=` inside a
+//! field). The last field is the waiters' mark: a waiter that queues behind the holder turns it
+//! into `;w=1` in place (see `scripts::ACQUIRE`), so that the holder's release knows, without
+//! looking at the queue, that it has a lock to hand over. A value without it (another client's,
+//! or one of a version before the mark) is never changed.
 //! Waiters queue under an id of the same form that ends with `;grants=<16 hex digits>`: their
 //! locker's grant channel, on which a release that grants one of them the lock says so.
 
@@ -49,7 +53,7 @@ impl Holder {
     }
 }
 
-/// What every value this process writes ends with: `;host=..;pid=..[;label=..]`, made once
+/// What every value this process writes ends with: `;host=..;pid=..[;label=..];w=0`, made once
 /// per locker.
 pub(crate) fn suffix(label: Option<&str>) -> String {
     let mut out = format!(";host={};pid={}", clean(&host_name()), std::process::id());
@@ -57,8 +61,12 @@ pub(crate) fn suffix(label: Option<&str>) -> String {
         out.push_str(";label=");
         out.push_str(&clean(label));
     }
+    out.push_str(UNMARKED);
     out
 }
+
+/// The last field of every value this version writes; a queued waiter turns its `0` into `1`.
+pub(crate) const UNMARKED: &str = ";w=0";
 
 /// A fresh token followed by `suffix`, in one allocation.
 pub(crate) fn value(suffix: &str) -> String {
@@ -113,6 +121,10 @@ mod tests {
         assert_eq!(holder.token.len(), 32);
         assert!(value.starts_with(&holder.token));
         assert!(!holder.host.is_empty());
+        // The waiters' mark is the last field, and a marked value still reads back.
+        assert!(value.ends_with(UNMARKED), "{value}");
+        let marked = format!("{}1", &value[..value.len() - 1]);
+        assert_eq!(Holder::parse(&marked), Some(holder));
         let no_label = Holder::parse(&self::value(&self::suffix(None))).unwrap();
         assert_eq!(no_label.label, None);
         // Other clients' values are not ours to read.

@@ -214,6 +214,8 @@ impl Locker {
             always_publish: quorum.nodes().len() > 1,
             record_fence: 0,
             fence_retention_ms: 0,
+            // The value seen may carry the waiters' mark: the waiters are served either way.
+            look_at_queue: true,
         };
         let results = crate::fanout::join_all_values(
             quorum.nodes().iter().map(|n| n.release(&key, value, &how)),

@@ -62,9 +62,10 @@ impl Lease {
     }
 
     /// The whole value stored in the key: a random token of 32 hex digits followed by who took
-    /// it, `<token>;host=<host>;pid=<pid>[;label=<label>]` (see [`Holder`](crate::Holder)).
+    /// it, `<token>;host=<host>;pid=<pid>[;label=<label>];w=0` (see [`Holder`](crate::Holder)).
     /// Only this lease can renew or release the key; the scripts compare this value as one
-    /// opaque string.
+    /// opaque string, or its form with `;w=1` at the end, which a waiter queued behind this
+    /// lease writes.
     pub fn token(&self) -> &str {
         &self.state.token
     }

@@ -120,6 +120,8 @@ impl Quorum {
             always_publish: self.always_publish(),
             record_fence: 0,
             fence_retention_ms: self.fence_retention_ms,
+            // An undo is rare; waiters queued meanwhile may not have marked the value.
+            look_at_queue: true,
         }
     }
 
@@ -635,6 +637,7 @@ impl Quorum {
             always_publish: self.always_publish(),
             record_fence: if lease.record_fence { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
+            look_at_queue: false,
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let [node] = self.nodes.as_slice() {

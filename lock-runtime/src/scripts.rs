@@ -21,7 +21,12 @@ use redis::Script;
 /// set scored by arrival number). A release grants a lock with waiters to the first of them (the
 /// key's value becomes the token of that waiter's last attempt, see `RELEASE`), so that nobody
 /// can cut in, not even with a plain `SET NX`; an attempt that finds the lock granted to its
-/// previous token takes it over. A waiter's state in the hash is `"<nonce> <ttl ms> <grace ms>"`,
+/// previous token takes it over. A waiter that queues behind a holder marks the holder's value
+/// (its last field `;w=0` becomes `;w=1`, in place: the key keeps its expiry), and a waiter
+/// that takes the lock while others still queue writes its value marked: a release whose value
+/// is not marked then frees the key without looking at the queue (see `RELEASE`). Values
+/// without that field (another client's, or a version's before the mark) are never changed.
+/// A waiter's state in the hash is `"<nonce> <ttl ms> <grace ms>"`,
 /// re-written at every attempt (the nonce is the attempt's token). No server clock decides who
 /// is alive: a caller that saw the same head with the same state for longer than that head's
 /// grace (measured on its own monotonic clock) sends it back here to be evicted, and it is
@@ -39,6 +44,10 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local waiter = ARGV[5] or ''
+-- A value with the waiters' mark set (see `holder.rs`); nil for one without the mark's field.
+local function marked(value)
+  if string.sub(value, -4) == ';w=0' then return string.sub(value, 1, -2) .. '1' end
+end
 local first
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local evict = ARGV[7] or ''
@@ -58,13 +67,22 @@ local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
 -- Handed to this waiter: granted to its previous token, or (a release by an older version of
 -- this library) marked `~<waiter id>`.
-local handed = cur and waiter ~= '' and (cur == '~' .. waiter or (ARGV[9] ~= '' and cur == ARGV[9]))
+local previous = ARGV[9] or ''
+local handed = cur and waiter ~= '' and
+  (cur == '~' .. waiter or (previous ~= '' and (cur == previous or cur == marked(previous))))
 if handed or (not cur and not first) then
   local last = redis.pcall('GET', KEYS[2])
   if type(last) == 'table' or (last and not tonumber(last)) then
     return {-2, type(last) == 'table' and last.err or last}
   end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  local value = ARGV[1]
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+    -- Others still queue: the release of this lease has the lock to hand over.
+    if redis.call('EXISTS', KEYS[3]) == 1 then value = marked(value) or value end
+  end
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
   last = tonumber(last) or 0
   local t = redis.call('TIME')
   local s = tonumber(t[1])
@@ -76,10 +94,6 @@ if handed or (not cur and not first) then
     redis.call('SET', KEYS[2], string.format('%d', fence), 'PX', ARGV[4])
   else
     redis.call('SET', KEYS[2], string.format('%d', fence))
-  end
-  if waiter ~= '' then
-    redis.call('ZREM', KEYS[3], waiter)
-    redis.call('HDEL', KEYS[4], waiter)
   end
   return {1, fence}
 end
@@ -93,6 +107,11 @@ if waiter ~= '' then
   if redis.call('PTTL', KEYS[3]) < keep then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
+  end
+  -- Queued behind a holder: mark its value in place (the key keeps its expiry), so that its
+  -- release hands the lock over.
+  if cur and string.sub(cur, -4) == ';w=0' then
+    redis.call('SETRANGE', KEYS[1], #cur - 1, '1')
   end
 end
 if cur and string.sub(cur, 1, 1) == '~' then
@@ -109,14 +128,16 @@ return {0, pttl}
 });
 
 /// KEYS: lock keys. ARGV: token and ttl ms for each key, in order.
-/// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token.
+/// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
+/// written, or with the waiters' mark set: see `ACQUIRE`).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local out = {}
 for i, key in ipairs(KEYS) do
-  local value = redis.pcall('GET', key)
-  if value == ARGV[2 * i - 1] then
+  local value, token = redis.pcall('GET', key), ARGV[2 * i - 1]
+  if value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0'
+      and value == string.sub(token, 1, -2) .. '1') then
     redis.call('PEXPIRE', key, ARGV[2 * i])
     out[i] = 1
   else
@@ -142,15 +163,21 @@ return out
 /// script).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
 /// that waiter (`~<waiter id>` when handed over the old way), 0 when it was not (then nothing is
-/// touched).
+/// touched). Ours: the key holds the token, or the token with the waiters' mark set.
 ///
+/// - The short path: the key holds the token unmarked (no waiter queued behind this lease, see
+///   `ACQUIRE`), and the arguments from the third on are left out (nothing to record, keep or
+///   publish): `DEL`, and nothing else, not even a look at the queue. A caller that may have
+///   taken the key from under queued waiters (an undo) sends the fifth argument to go the
+///   whole way.
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
 ///   (which does not write it): only while the key is still ours, so a lost lease never moves
 ///   the counter back.
 /// - Kept for `min_hold`, the key gets a value that is no lease's token, so that a renewal of the
 ///   released lease still on its way cannot stretch it back to the full ttl.
 /// - With waiters queued, the lock is granted to the first live one, taken out of the queue: the
-///   key's value becomes the token of that waiter's last attempt, for that waiter's grace (its
+///   key's value becomes the token of that waiter's last attempt (marked when others still
+///   queue), for that waiter's grace (its
 ///   lease extends the key to the ttl half-way through what is left of the grace; a vanished
 ///   waiter holds up the lock no longer than it would have kept its place), and its fence is
 ///   computed here as the acquire script would (`max(counter + 1, clock in µs)`, also written to
@@ -168,14 +195,19 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local key, token = KEYS[1], ARGV[1]
-if redis.pcall('GET', key) ~= token then return 0 end
-local queue = KEYS[2] or key .. ':waiters'
--- The common release first, in as few steps as it takes: no fence to record, no keeping, no
--- publishing always (ARGV[5] and on), nobody queued.
-if (ARGV[3] or '0') == '0' and not ARGV[5] and redis.call('EXISTS', queue) == 0 then
+local value = redis.pcall('GET', key)
+-- The common release first, in as few steps as it takes: no waiter marked the value, no fence to
+-- record, no keeping, no publishing always (ARGV[5] and on).
+if value == token and (ARGV[3] or '0') == '0' and not ARGV[5] then
   redis.call('DEL', key)
   return 1
 end
+-- Ours with the waiters' mark set, or not ours (then nothing is touched).
+if value ~= token and (type(value) ~= 'string' or string.sub(token, -4) ~= ';w=0'
+    or value ~= string.sub(token, 1, -2) .. '1') then
+  return 0
+end
+local queue = KEYS[2] or key .. ':waiters'
 local counter = KEYS[3] or key .. ':fence'
 local retention, record = ARGV[2] or '0', ARGV[3] or '0'
 local publish = ARGV[4] or 'PUBLISH'
@@ -201,7 +233,11 @@ if redis.call('EXISTS', queue) == 1 then
   if nonce then
     redis.call('ZREM', queue, head)
     redis.call('HDEL', queue .. ':state', head)
-    redis.call('SET', key, nonce, 'PX', grace)
+    local held = nonce
+    if string.sub(nonce, -4) == ';w=0' and redis.call('EXISTS', queue) == 1 then
+      held = string.sub(nonce, 1, -2) .. '1'
+    end
+    redis.call('SET', key, held, 'PX', grace)
     local t = redis.call('TIME')
     local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     local f = string.format('%d', fence)
@@ -243,11 +279,12 @@ pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
         r"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV / 3 do
-  local key = ARGV[3 * i - 2]
+  local key, token = ARGV[3 * i - 2], ARGV[3 * i - 1]
   local value = redis.pcall('GET', key)
   if type(value) == 'table' and value.err then
     out[i] = 2
-  elseif value == ARGV[3 * i - 1] then
+  elseif value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0'
+      and value == string.sub(token, 1, -2) .. '1') then
     redis.call('PEXPIRE', key, ARGV[3 * i])
     out[i] = 1
   else
@@ -271,12 +308,16 @@ pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize
 /// KEYS: lock, fence. ARGV: 1 token, 2 the counter's retention ms (0: forever).
 /// The fence of a lease taken without one (see `LockOptions::without_fence`), for a nested call
 /// that can read it: computed as `ACQUIRE` does (`max(counter + 1, clock in µs)`) and written to
-/// the counter, only while the key holds the token. Returns `{1, fence}`; `{0}` when the key is
+/// the counter, only while the key holds the token (or its marked form). Returns `{1, fence}`; `{0}` when the key is
 /// not ours (nothing touched); `{-2, value}` when the counter is not a number.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then return {0} end
+local value, token = redis.pcall('GET', KEYS[1]), ARGV[1]
+if value ~= token and (type(value) ~= 'string' or string.sub(token, -4) ~= ';w=0'
+    or value ~= string.sub(token, 1, -2) .. '1') then
+  return {0}
+end
 local last = redis.pcall('GET', KEYS[2])
 if type(last) == 'table' or (last and not tonumber(last)) then
   return {-2, type(last) == 'table' and last.err or last}

@@ -149,6 +149,7 @@ impl Node {
             always_publish: false,
             record_fence: 0,
             fence_retention_ms: 0,
+            look_at_queue: true,
         };
         if let Err(e) = self.release(key, token, &how).await {
             tracing::debug!(node = %self.addr, key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");

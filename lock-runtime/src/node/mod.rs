@@ -55,6 +55,9 @@ pub(crate) struct Release {
     /// The fence to record in the counter; 0 when it is recorded already.
     pub record_fence: u64,
     pub fence_retention_ms: u64,
+    /// Look at the waiter queue even if no waiter marked the value: the plain-command path took
+    /// the key from under queued waiters, who could not mark it (see `Quorum::acquire`).
+    pub look_at_queue: bool,
 }
 
 /// One logical server. `link` carries commands; `notifications` carries release messages on a
@@ -336,6 +339,7 @@ impl Node {
             always_publish: false,
             record_fence: 0,
             fence_retention_ms: 0,
+            look_at_queue: true,
         };
         if let Some(token) = last
             && self.release(&keys.key, token, &how).await?
@@ -360,7 +364,7 @@ impl Node {
         // Arguments in order, each left out when it and all after it have the script's default.
         let args = if how.always_publish {
             6
-        } else if how.keep_ms > 0 {
+        } else if how.keep_ms > 0 || how.look_at_queue {
             5
         } else if cluster {
             4
