@@ -1425,7 +1425,11 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
 #[tokio::test]
 async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     let env = Env::start().await;
-    let holder = env.locker.acquire("leave", &opts(10_000)).await.unwrap();
+    let holder = env
+        .locker
+        .acquire("leave", &opts(10_000).without_fence())
+        .await
+        .unwrap();
     let locker = env.locker.clone();
     let task = tokio::spawn(async move {
         locker
@@ -1449,5 +1453,10 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
         0,
         "a timed-out waiter left the queue"
     );
+    // They marked the holder's value before they left: its release, with nobody queued any
+    // more, still frees the key.
+    let key = env.key("leave");
+    assert!(env.get(&key).await.unwrap().ends_with(";w=1"));
     holder.release().await.unwrap();
+    assert!(!env.exists(&key).await);
 }
