@@ -741,6 +741,12 @@ async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
 /// Puts waiter `id` first in the queue of the lock `key`, as a waiter of an older version that
 /// then stopped coming back: a last attempt's nonce and a grace of 300 ms, and no ttl.
 async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
+    queue_waiter(env, key, id, "nonce 300").await;
+}
+
+/// Puts waiter `id` first in the queue of the lock `key`, with `state` as its attempt would
+/// write it (`<nonce> <ttl ms> <grace ms>`; without the ttl, as an older version writes it).
+async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
     let mut raw = env.raw.clone();
     let _: () = redis::pipe()
         .cmd("ZADD")
@@ -751,7 +757,7 @@ async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
         .cmd("HSET")
         .arg(format!("{key}:waiters:state"))
         .arg(id)
-        .arg("nonce 300")
+        .arg(state)
         .ignore()
         .query_async(&mut raw)
         .await
@@ -1248,21 +1254,7 @@ async fn a_key_taken_from_under_queued_waiters_is_granted_to_the_first_of_them()
     // A waiter of this version between two attempts: its place, and its state as its attempt
     // writes it (`<nonce> <ttl ms> <grace ms>`).
     let nonce = "0123456789abcdef0123456789abcdef;host=h;pid=7;w=0";
-    let mut raw = env.raw.clone();
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters"))
-        .arg(1)
-        .arg("elder")
-        .ignore()
-        .cmd("HSET")
-        .arg(format!("{key}:waiters:state"))
-        .arg("elder")
-        .arg(format!("{nonce} 10000 3000"))
-        .ignore()
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    queue_waiter(&env, &key, "elder", &format!("{nonce} 10000 3000")).await;
     let err = env.locker.acquire(name, &opts(10_000)).await.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
     assert_eq!(
@@ -1367,21 +1359,7 @@ async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
     let name = "grant-shared";
     let key = env.key(name);
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
-    let mut raw = env.raw.clone();
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters"))
-        .arg(1)
-        .arg("elder")
-        .ignore()
-        .cmd("HSET")
-        .arg(format!("{key}:waiters:state"))
-        .arg("elder")
-        .arg("nonce 10000 300")
-        .ignore()
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    queue_waiter(&env, &key, "elder", "nonce 10000 300").await;
     let (_conn, mut listener) =
         support::listen(&env.server.url(), &format!("{key}:released*")).await;
     holder.release().await.unwrap();
