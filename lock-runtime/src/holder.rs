@@ -1,6 +1,7 @@
 //! Who holds a lock: the value a lease stores in its key is a fresh random token followed by who
 //! took it, so that an operator can tell (`Locker::inspect`, `lockctl`). The scripts compare the
-//! whole value as one opaque string; only inspection reads it apart.
+//! whole value as one opaque string (as written, or with the waiters' mark set); only
+//! inspection reads it apart.
 //!
 //! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>];w=0`. Host and label keep
 //! ASCII letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then

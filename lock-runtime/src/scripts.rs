@@ -177,9 +177,9 @@ return out
 ///   released lease still on its way cannot stretch it back to the full ttl.
 /// - With waiters queued, the lock is granted to the first live one, taken out of the queue: the
 ///   key's value becomes the token of that waiter's last attempt (marked when others still
-///   queue), for that waiter's grace (its
-///   lease extends the key to the ttl half-way through what is left of the grace; a vanished
-///   waiter holds up the lock no longer than it would have kept its place), and its fence is
+///   queue), for that waiter's grace (its lease extends the key to the ttl half-way through
+///   what is left of the grace; a vanished waiter holds up the lock no longer than it would
+///   have kept its place), and its fence is
 ///   computed here as the acquire script would (`max(counter + 1, clock in µs)`, also written to
 ///   the counter, which keeps its expiry when no retention is given: a cancelled waiter passing
 ///   the lock on does not know it). `~<waiter id> <token> <fence>` is published on the grant
@@ -308,8 +308,9 @@ pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize
 /// KEYS: lock, fence. ARGV: 1 token, 2 the counter's retention ms (0: forever).
 /// The fence of a lease taken without one (see `LockOptions::without_fence`), for a nested call
 /// that can read it: computed as `ACQUIRE` does (`max(counter + 1, clock in µs)`) and written to
-/// the counter, only while the key holds the token (or its marked form). Returns `{1, fence}`; `{0}` when the key is
-/// not ours (nothing touched); `{-2, value}` when the counter is not a number.
+/// the counter, only while the key holds the token (or its marked form). Returns `{1, fence}`;
+/// `{0}` when the key is not ours (nothing touched); `{-2, value}` when the counter is not a
+/// number.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
