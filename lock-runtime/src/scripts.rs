@@ -5,6 +5,15 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// Lua, for the scripts that check a lease's key: whether `value` (the key's `GET`) is the lease's
+/// `token`, as written or with the waiters' mark set (see `ACQUIRE`).
+macro_rules! ours {
+    () => {
+        "(value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0' \
+         and value == string.sub(token, 1, -2) .. '1'))"
+    };
+}
+
 /// KEYS: lock, fence, waiter queue, waiter states.
 /// ARGV: 1 value (the token, also this attempt's nonce), 2 ttl ms, 3 fence quantum µs (1: one
 /// server; 1000000: a Redlock node), 4 fence counter retention ms (0: forever); then, only for a
@@ -131,13 +140,14 @@ return {0, pttl}
 /// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
 /// written, or with the waiters' mark set: see `ACQUIRE`).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local out = {}
 for i, key in ipairs(KEYS) do
   local value, token = redis.pcall('GET', key), ARGV[2 * i - 1]
-  if value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0'
-      and value == string.sub(token, 1, -2) .. '1') then
+  if ",
+        ours!(),
+        r" then
     redis.call('PEXPIRE', key, ARGV[2 * i])
     out[i] = 1
   else
@@ -146,7 +156,7 @@ for i, key in ipairs(KEYS) do
 end
 return out
 ",
-    )
+    ))
 });
 
 /// KEYS: lock; on Redis Cluster also its waiter queue and fence counter (declared keys: a slot
@@ -192,7 +202,7 @@ return out
 ///   number is not touched (the DEL path: the waiter's attempt reports it). With nobody queued
 ///   nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
@@ -203,8 +213,9 @@ if value == token and (ARGV[3] or '0') == '0' and not ARGV[5] then
   return 1
 end
 -- Ours with the waiters' mark set, or not ours (then nothing is touched).
-if value ~= token and (type(value) ~= 'string' or string.sub(token, -4) ~= ';w=0'
-    or value ~= string.sub(token, 1, -2) .. '1') then
+if not ",
+        ours!(),
+        r" then
   return 0
 end
 local queue = KEYS[2] or key .. ':waiters'
@@ -265,7 +276,7 @@ redis.call('DEL', key)
 if ARGV[6] == '1' then redis.call(publish, key .. ':released', token) end
 return 1
 ",
-    )
+    ))
 });
 
 /// The renewal of many leases on one Redis Cluster primary, whatever their slots: no KEYS (keys of
@@ -275,7 +286,7 @@ return 1
 /// to another primary, or is moving): the caller sends that one again, routed by its key.
 /// Needs Redis 7.0 (script flags), as sharded pub/sub does.
 pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"#!lua flags=allow-cross-slot-keys
 local out = {}
 for i = 1, #ARGV / 3 do
@@ -283,8 +294,9 @@ for i = 1, #ARGV / 3 do
   local value = redis.pcall('GET', key)
   if type(value) == 'table' and value.err then
     out[i] = 2
-  elseif value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0'
-      and value == string.sub(token, 1, -2) .. '1') then
+  elseif ",
+        ours!(),
+        r" then
     redis.call('PEXPIRE', key, ARGV[3 * i])
     out[i] = 1
   else
@@ -293,7 +305,7 @@ for i = 1, #ARGV / 3 do
 end
 return out
 ",
-    )
+    ))
 });
 
 /// `EVALSHA <sha> <numkeys>`; the caller appends the keys, then the arguments (`args` in all,
@@ -312,11 +324,12 @@ pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize
 /// `{0}` when the key is not ours (nothing touched); `{-2, value}` when the counter is not a
 /// number.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
 local value, token = redis.pcall('GET', KEYS[1]), ARGV[1]
-if value ~= token and (type(value) ~= 'string' or string.sub(token, -4) ~= ';w=0'
-    or value ~= string.sub(token, 1, -2) .. '1') then
+if not ",
+        ours!(),
+        r" then
   return {0}
 end
 local last = redis.pcall('GET', KEYS[2])
@@ -333,7 +346,7 @@ else
 end
 return {1, fence}
 ",
-    )
+    ))
 });
 
 /// KEYS: fence. ARGV: a fence value, retention ms (0: forever). Raises the counter to the value
