@@ -120,6 +120,7 @@ impl Acquirer {
         let mut backoff = Duration::from_millis(10);
         let mut error_backoff = Duration::from_millis(5);
         let mut name = Some(name);
+        let mut first_sent = Some(begun);
         let result = loop {
             // Only messages from now on tell something about the coming attempt.
             for (_, sub) in subscriptions.iter_mut().flatten() {
@@ -140,11 +141,14 @@ impl Acquirer {
             // each bounded by one). On one server this is also the only bound of the
             // plain-command request.
             let bound = self.quorum.attempt_bound(opts.validity());
+            // One clock read: the attempt's bound and its validity count from here (the first
+            // attempt's from `begun`, a few µs earlier: its validity is, if anything, shorter).
+            let sent = first_sent.take().unwrap_or_else(Instant::now);
             // Awaited where it is made: bound to a local first, the attempt's future would be
             // kept twice in this one.
-            let outcome = match tokio::time::timeout(
-                bound,
-                self.attempt(&mut name, &keys, token, waiter, opts),
+            let outcome = match tokio::time::timeout_at(
+                sent + bound,
+                self.attempt(&mut name, &keys, token, waiter, opts, sent),
             )
             .await
             .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
@@ -242,7 +246,7 @@ impl Acquirer {
         };
         match &result {
             Ok(lease) => {
-                crate::observe::acquired(lease.state.label(), lease.fence(), begun.elapsed());
+                crate::observe::acquired(lease.state.label(), lease.fence(), begun);
             }
             Err(LockError::Busy { name, waited }) => crate::observe::busy(
                 crate::observe::Label {
@@ -329,13 +333,14 @@ impl Acquirer {
         token: String,
         waiter: Option<&Waiter>,
         opts: &LockOptions,
+        sent: Instant,
     ) -> Result<Attempt, LockError> {
         let ttl = opts.ttl();
         let validity = opts.validity();
-        let sent = Instant::now();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);
         let ask = Ask {
+            sent,
             token: &token,
             ttl_ms: ttl.as_millis() as u64,
             validity,

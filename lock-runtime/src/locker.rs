@@ -173,7 +173,8 @@ impl Locker {
         // kept twice in this future (once as the local, once inside the span's wrapper).
         let out = tracing::Instrument::instrument(
             async {
-                let begun = tokio::time::Instant::now();
+                // The wait is timed only for a span that records it.
+                let begun = (!span.is_disabled()).then(tokio::time::Instant::now);
                 if let Some(held) = crate::held::find(self.id(), &key) {
                     let lease = self.nested(held, opts).await?;
                     record_fence(&span, &lease);
@@ -182,7 +183,9 @@ impl Locker {
                 }
                 let lease = self.inner.acquirer.acquire(key, name, opts).await?;
                 record_fence(&span, &lease);
-                span.record("waited_ms", begun.elapsed().as_millis() as u64);
+                if let Some(begun) = begun {
+                    span.record("waited_ms", begun.elapsed().as_millis() as u64);
+                }
                 let state = Arc::clone(&lease.state);
                 crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body))
                     .await

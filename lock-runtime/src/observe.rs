@@ -36,13 +36,14 @@ impl Label<'_> {
     }
 }
 
-pub(crate) fn acquired(label: Label<'_>, fence: u64, waited: Duration) {
+/// `begun`: when the acquire began. The clock is read only for a log event or metric that is on.
+pub(crate) fn acquired(label: Label<'_>, fence: u64, begun: tokio::time::Instant) {
     tracing::debug!(
         lock = label.name,
         template = label.template,
         // None (left out) for a lease taken without a fence.
         fence = (fence != 0).then_some(fence),
-        waited_ms = waited.as_millis() as u64,
+        waited_ms = begun.elapsed().as_millis() as u64,
         "lock acquired"
     );
     #[cfg(feature = "metrics")]
@@ -50,7 +51,7 @@ pub(crate) fn acquired(label: Label<'_>, fence: u64, waited: Duration) {
         let lock = label.value();
         metrics::counter!("lock_acquired_total", "lock" => lock.clone()).increment(1);
         metrics::histogram!("lock_wait_seconds", "lock" => lock.clone())
-            .record(waited.as_secs_f64());
+            .record(begun.elapsed().as_secs_f64());
         metrics::gauge!("lock_leases_held", "lock" => lock).increment(1.0);
     }
 }

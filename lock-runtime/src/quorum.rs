@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::RedisResult;
+use tokio::time::Instant;
 
 use crate::fanout::Fanout;
 use crate::keys::Keys;
@@ -36,6 +37,8 @@ pub(crate) type Late = Fanout<RedisResult<AcquireReply>>;
 
 /// What one acquire attempt asks besides the keys.
 pub(crate) struct Ask<'a> {
+    /// When the attempt began (just before its request is sent).
+    pub sent: Instant,
     pub token: &'a str,
     pub ttl_ms: u64,
     /// The validity window: a reply later than this is useless.
@@ -274,7 +277,7 @@ impl Quorum {
             && !node.is_cluster()
         {
             match node
-                .acquire_fast(keys, ask.token, ask.ttl_ms, ask.fenced)
+                .acquire_fast(keys, ask.token, ask.ttl_ms, ask.fenced, ask.sent)
                 .await
             {
                 Ok(FastReply::Taken { fence }) => {

@@ -28,13 +28,15 @@ where
 {
     let max_exec = opts.max_exec();
     let outcome = {
-        let deadline = Instant::now() + max_exec;
+        // One clock read serves the deadline and the check before the first poll.
+        let now = Instant::now();
+        let deadline = now + max_exec;
         let mut body = std::pin::pin!(CatchUnwind {
             inner: body(&lease),
         });
         // The first poll needs neither the deadline timer nor the loss watch (the bounds are
         // checked just before it): a body that finishes without waiting costs neither.
-        match stopped(deadline, lease.state.status.get()) {
+        match stopped(now, deadline, lease.state.status.get()) {
             Some(out) => out,
             None => match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
                 Poll::Ready(done) => finished(done, &lease),
@@ -80,7 +82,7 @@ where
         // The clock first: a body resumed after a pause must not take one more step past its
         // bounds. Checked here, on every turn, the bounds need no timer to be polled before the
         // body.
-        if let Some(out) = stopped(deadline, now) {
+        if let Some(out) = stopped(Instant::now(), deadline, now) {
             return out;
         }
         tokio::select! {
@@ -107,16 +109,16 @@ fn finished<T>(done: Result<T, Box<dyn Any + Send>>, lease: &Lease) -> Outcome<T
 }
 
 /// Why the body must stop now, if it must: the lease was lost, or a bound has passed.
-fn stopped<T>(deadline: Instant, status: Status) -> Option<Outcome<T>> {
+/// `now` is read by the caller, right before the poll it guards.
+fn stopped<T>(now: Instant, deadline: Instant, status: Status) -> Option<Outcome<T>> {
     match status.lost {
         Some(reason) => Some(Outcome::Lost(reason)),
-        None => past_bounds(deadline, status.valid_until),
+        None => past_bounds(now, deadline, status.valid_until),
     }
 }
 
 /// Which bound has passed, if any; when both have, the one that came first decides.
-fn past_bounds<T>(deadline: Instant, valid_until: Instant) -> Option<Outcome<T>> {
-    let now = Instant::now();
+fn past_bounds<T>(now: Instant, deadline: Instant, valid_until: Instant) -> Option<Outcome<T>> {
     if valid_until <= now && valid_until <= deadline {
         Some(Outcome::Lost(LostReason::ValidityExpired))
     } else if now >= deadline {

@@ -170,6 +170,9 @@ impl LeaseState {
     /// How long a release must keep the key: the rest of `min_hold`, rounded up so that the key
     /// never goes before it; 0 means delete.
     pub(crate) fn keep_ms(&self) -> u64 {
+        if self.min_hold.is_zero() {
+            return 0;
+        }
         let keep = (self.started + self.min_hold).saturating_duration_since(Instant::now());
         if keep.is_zero() {
             0

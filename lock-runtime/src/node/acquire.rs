@@ -166,13 +166,15 @@ impl Node {
     /// a number) goes to the script (`Unclear`), which tells what it is.
     ///
     /// Not bounded here: its one caller bounds the whole attempt, this request included (see
-    /// `Quorum::attempt_bound`), so the request needs no timer of its own.
+    /// `Quorum::attempt_bound`), so the request needs no timer of its own. `sent`: when that
+    /// attempt began, which the round trip recorded here counts from (no clock read of its own).
     pub(crate) async fn acquire_fast(
         &self,
         keys: &Keys,
         token: &str,
         ttl_ms: u64,
         fenced: bool,
+        sent: Instant,
     ) -> RedisResult<FastReply> {
         let key = &keys.key;
         // Each command sized up front: no buffer grows on the way.
@@ -204,7 +206,6 @@ impl Node {
             }
             None => false,
         };
-        let sent = Instant::now();
         let mut conn = self.conn().await?;
         let replies = self
             .link
