@@ -109,15 +109,15 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
     assert_eq!(counter, fence);
 }
 
-/// An uncontended release is one short EVALSHA: the lock key, the token, the fence counter's
-/// retention, and the fence only when the lease has one to record (the script names the queue
-/// and the counter after the key). The script then takes its shortest path: GET and DEL, with
+/// An uncontended release is one short EVALSHA: the lock key and the token; the fence counter's
+/// retention and the fence only when the lease has a fence to record (the script names the
+/// queue and the counter after the key, and its default retention is the locker's default). The script then takes its shortest path: GET and DEL, with
 /// no look at the queue (a waiter would have marked the value); a release that records its
 /// fence also looks at the queue. Each argument costs the server on every release; before,
 /// every release sent 3 keys and 6 arguments and went through every check of the script (about
 /// 0.7 µs more per release by INFO commandstats).
 #[tokio::test]
-async fn an_uncontended_release_sends_the_key_token_and_retention_only() {
+async fn an_uncontended_release_sends_the_key_and_token_only() {
     let env = Env::start().await;
     let week = (7 * 24 * 3_600_000u64).to_string();
     // Warm up: the first release loads its script.
@@ -145,9 +145,10 @@ async fn an_uncontended_release_sends_the_key_token_and_retention_only() {
             .filter(|c| !c.in_script && c.args[0].eq_ignore_ascii_case("EVALSHA"))
             .collect();
         assert_eq!(scripts.len(), 1, "fenced {fenced}: {commands:?}");
-        let mut expected = vec!["1".to_owned(), key.clone(), token, week.clone()];
+        // The retention is the script's default (7 days): sent only with a fence to record.
+        let mut expected = vec!["1".to_owned(), key.clone(), token];
         if fenced {
-            expected.push(fence.to_string());
+            expected.extend([week.clone(), fence.to_string()]);
         }
         assert_eq!(scripts[0].args[2..], expected, "fenced {fenced}");
         let inner: Vec<_> = commands
@@ -1208,6 +1209,57 @@ async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
         },
     )
     .await;
+}
+
+/// A release without a fence to record leaves the retention out when it is the default (the
+/// script's default is the locker's): a grant by such a release still keeps the fence counter
+/// for the releasing locker's retention, whether the default, another, or forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
+    let env = Env::start().await;
+    let (hour, week) = (3_600_000, 7 * 24 * 3_600_000);
+    for (retention, pttl_in) in [
+        (
+            Some(lock_runtime::DEFAULT_FENCE_RETENTION),
+            week - 60_000..=week,
+        ),
+        (Some(ms(hour as u64)), hour - 60_000..=hour),
+        (None, -1..=-1),
+    ] {
+        let name = format!("retention-{}", pttl_in.end());
+        let holder_locker = Locker::builder()
+            .url(env.server.url())
+            .fence_retention(retention)
+            .connect()
+            .await
+            .unwrap();
+        let holder = holder_locker
+            .acquire(&name, &opts(5_000).without_fence())
+            .await
+            .unwrap();
+        let waiter_locker = env.second_locker().await;
+        let waiter_name = name.clone();
+        let waiter = tokio::spawn(async move {
+            waiter_locker
+                .acquire(&waiter_name, &opts(5_000).with_wait(ms(10_000)))
+                .await
+        });
+        queued(&env, &name, 1).await;
+        holder.release().await.unwrap();
+        let granted = tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("the waiter gets the lock")
+            .unwrap()
+            .unwrap();
+        let counter = format!("{}:fence", env.key(&name));
+        let pttl = env.pttl(&counter).await;
+        assert!(
+            pttl_in.contains(&pttl),
+            "retention {retention:?}: counter PTTL {pttl} ms"
+        );
+        assert_eq!(env.get(&counter).await, Some(granted.fence().to_string()));
+        granted.release().await.unwrap();
+    }
 }
 
 /// A value that is not this version's (another client's, or one written before the waiters'

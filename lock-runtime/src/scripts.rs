@@ -7,6 +7,18 @@ use redis::Script;
 
 /// Lua, for the scripts that check a lease's key: whether `value` (the key's `GET`) is the lease's
 /// `token`, as written or with the waiters' mark set (see `ACQUIRE`).
+/// The default fence counter retention in ms (`DEFAULT_FENCE_RETENTION`, 7 days), as the
+/// release script's default for its second argument: the common release need not send it.
+macro_rules! default_retention_ms {
+    () => {
+        "604800000"
+    };
+}
+
+/// [`default_retention_ms!`] as a number, for the callers that decide whether to send it.
+pub(crate) const DEFAULT_RETENTION_MS: u64 = 604_800_000;
+const _: () = assert!(DEFAULT_RETENTION_MS as u128 == crate::DEFAULT_FENCE_RETENTION.as_millis());
+
 macro_rules! ours {
     () => {
         "(value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0' \
@@ -161,16 +173,17 @@ return out
 
 /// KEYS: lock; on Redis Cluster also its waiter queue and fence counter (declared keys: a slot
 /// in migration then answers for all of them at once). ARGV: 1 token; then, each left out when
-/// it and all after it have their default: 2 the fence counter's retention ms (0, the default:
-/// forever), 3 the lease's fence to record in the counter (0: already recorded), 4 the publish
+/// it and all after it have their default: 2 the fence counter's retention ms (the default:
+/// 7 days, `DEFAULT_FENCE_RETENTION`; 0: forever, or, for a grant, not known), 3 the lease's
+/// fence to record in the counter (0: already recorded), 4 the publish
 /// command (`PUBLISH`; `SPUBLISH` on Redis Cluster: sharded pub/sub, the message goes only to
 /// the primary of the lock's slot, where its waiters listen), 5 ms to keep the key (0: delete
 /// it), 6 `1` to publish the release always (Redlock: no queue; `0`: only when waiters queue).
 /// Not passed, the queue and the counter are named after the key (`<key>:waiters`,
 /// `<key>:fence`, one slot; the queue's states are always `<key>:waiters:state`): every
 /// argument costs the server a string on each call, and an uncontended release on one server
-/// sends only the key, the token and the retention (and takes the shortest path through the
-/// script).
+/// sends only the key and the token (and the retention when it is not the default; it takes
+/// the shortest path through the script).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
 /// that waiter (`~<waiter id>` when handed over the old way), 0 when it was not (then nothing is
 /// touched). Ours: the key holds the token, or the token with the waiters' mark set.
@@ -220,7 +233,9 @@ if not ",
 end
 local queue = KEYS[2] or key .. ':waiters'
 local counter = KEYS[3] or key .. ':fence'
-local retention, record = ARGV[2] or '0', ARGV[3] or '0'
+local retention, record = ARGV[2] or '",
+        default_retention_ms!(),
+        r"', ARGV[3] or '0'
 local publish = ARGV[4] or 'PUBLISH'
 if record ~= '0' then
   if retention ~= '0' then
@@ -367,3 +382,14 @@ return 1
 ",
     )
 });
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_release_scripts_default_retention_is_the_lockers() {
+        assert_eq!(
+            default_retention_ms!(),
+            super::DEFAULT_RETENTION_MS.to_string()
+        );
+    }
+}

@@ -54,6 +54,7 @@ pub(crate) struct Release {
     pub always_publish: bool,
     /// The fence to record in the counter; 0 when it is recorded already.
     pub record_fence: u64,
+    /// The fence counter's retention; 0: forever (a grant: keep the counter's expiry).
     pub fence_retention_ms: u64,
     /// Look at the waiter queue even if no waiter marked the value: the plain-command path took
     /// the key from under queued waiters, who could not mark it (see `Quorum::acquire`).
@@ -370,7 +371,7 @@ impl Node {
             4
         } else if how.record_fence > 0 {
             3
-        } else if how.fence_retention_ms > 0 {
+        } else if how.fence_retention_ms != scripts::DEFAULT_RETENTION_MS {
             2
         } else {
             1
