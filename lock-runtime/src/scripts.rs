@@ -17,7 +17,6 @@ macro_rules! default_retention_ms {
 
 /// [`default_retention_ms!`] as a number, for the callers that decide whether to send it.
 pub(crate) const DEFAULT_RETENTION_MS: u64 = 604_800_000;
-const _: () = assert!(DEFAULT_RETENTION_MS as u128 == crate::DEFAULT_FENCE_RETENTION.as_millis());
 
 macro_rules! ours {
     () => {
