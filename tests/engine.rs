@@ -939,6 +939,8 @@ async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
 struct OwnRuntime {
     task: tokio::task::AbortHandle,
     freeze: std::sync::mpsc::Sender<()>,
+    /// Told once the runtime has left `block_on`: from then on it runs nothing.
+    frozen: std::sync::mpsc::Receiver<()>,
     resume: std::sync::mpsc::Sender<()>,
     done: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
@@ -952,6 +954,7 @@ impl OwnRuntime {
     {
         let (task_tx, task_rx) = std::sync::mpsc::channel();
         let (freeze, freeze_rx) = std::sync::mpsc::channel::<()>();
+        let (frozen_tx, frozen) = std::sync::mpsc::channel::<()>();
         let (resume, resume_rx) = std::sync::mpsc::channel::<()>();
         let (done, done_rx) = std::sync::mpsc::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -966,6 +969,7 @@ impl OwnRuntime {
                     .unwrap();
                 let _ = tokio::task::spawn_blocking(move || freeze_rx.recv()).await;
             });
+            let _ = frozen_tx.send(());
             let _ = resume_rx.recv();
             rt.block_on(async {
                 let _ = tokio::task::spawn_blocking(move || done_rx.recv()).await;
@@ -974,14 +978,19 @@ impl OwnRuntime {
         Self {
             task: task_rx.recv().unwrap(),
             freeze,
+            frozen,
             resume,
             done,
             thread,
         }
     }
 
+    /// Returns once the runtime is frozen. Returning earlier let the runtime run on for a moment
+    /// under load: long enough, after a fault made right after this, to react to it (reconnect,
+    /// subscribe again) before freezing, which the fault was meant to keep it from.
     fn freeze(&self) {
         self.freeze.send(()).unwrap();
+        self.frozen.recv().unwrap();
     }
 
     fn resume(&self) {
