@@ -78,17 +78,17 @@ where
 {
     let mut status = lease.status();
     loop {
-        let now = status.borrow_and_update();
+        let current = status.borrow_and_update();
         // The clock first: a body resumed after a pause must not take one more step past its
         // bounds. Checked here, on every turn, the bounds need no timer to be polled before the
         // body.
-        if let Some(out) = stopped(Instant::now(), deadline, now) {
+        if let Some(out) = stopped(Instant::now(), deadline, current) {
             return out;
         }
         tokio::select! {
             biased;
             done = body.as_mut() => return finished(done, lease),
-            () = tokio::time::sleep_until(deadline.min(now.valid_until)) => {}
+            () = tokio::time::sleep_until(deadline.min(current.valid_until)) => {}
             () = status.changed() => {}
         }
     }

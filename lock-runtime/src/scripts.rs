@@ -5,8 +5,6 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// Lua, for the scripts that check a lease's key: whether `value` (the key's `GET`) is the lease's
-/// `token`, as written or with the waiters' mark set (see `ACQUIRE`).
 /// The default fence counter retention in ms (`DEFAULT_FENCE_RETENTION`, 7 days), as the
 /// release script's default for its second argument: the common release need not send it.
 macro_rules! default_retention_ms {
@@ -15,9 +13,12 @@ macro_rules! default_retention_ms {
     };
 }
 
-/// [`default_retention_ms!`] as a number, for the callers that decide whether to send it.
+/// [`default_retention_ms!`] as a number (`DEFAULT_FENCE_RETENTION` is made from it), for the
+/// callers that decide whether to send it.
 pub(crate) const DEFAULT_RETENTION_MS: u64 = 604_800_000;
 
+/// Lua, for the scripts that check a lease's key: whether `value` (the key's `GET`) is the lease's
+/// `token`, as written or with the waiters' mark set (see `ACQUIRE`).
 macro_rules! ours {
     () => {
         "(value == token or (type(value) == 'string' and string.sub(token, -4) == ';w=0' \

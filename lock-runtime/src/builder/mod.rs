@@ -15,10 +15,9 @@ use crate::quorum::Quorum;
 use crate::{LockError, Locker};
 
 /// How long an unused fence counter is kept by default: 7 days.
-pub const DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-// The release script's default for a retention it is not sent (see `scripts::RELEASE`).
-const _: () =
-    assert!(DEFAULT_FENCE_RETENTION.as_millis() == crate::scripts::DEFAULT_RETENTION_MS as u128);
+// Made from the release script's default, which a release then need not send.
+pub const DEFAULT_FENCE_RETENTION: Duration =
+    Duration::from_millis(crate::scripts::DEFAULT_RETENTION_MS);
 
 /// Builds a [`Locker`]: the Redis URL(s), the key prefix and the connection settings.
 ///
