@@ -211,17 +211,19 @@ async fn the_value_stored_in_the_key_names_this_process_and_its_label() {
         .await
         .expect("the key is set");
     assert_eq!(stored, lease.token(), "Lease::token is the whole value");
-    let (token, identity) = stored.split_at(32);
-    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{stored}");
+    let (token, identity) = stored.split_at(22);
     assert!(
-        identity.contains(&format!(";pid={};", std::process::id())),
+        token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'),
         "{stored}"
     );
     assert!(
-        identity.ends_with(";label=billing_worker__2;w=0"),
+        identity.contains(&format!(";p={};", std::process::id())),
         "{stored}"
     );
-    assert!(identity.starts_with(";host="), "{stored}");
+    assert!(identity.ends_with(";l=billing_worker__2;w=0"), "{stored}");
+    assert!(identity.starts_with(";h="), "{stored}");
     assert!(!stored.contains(' '), "{stored}");
     lease.release().await.unwrap();
     // Every acquisition draws a fresh token; the identity stays.

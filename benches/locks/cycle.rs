@@ -117,8 +117,8 @@ pub(crate) async fn one_cycle(
 ) {
     match kind {
         Cycle::Floor => {
-            // A fresh token per cycle, as long as the engine's (a UUID in 32 hex digits).
-            let token = format!("{seq:032x}");
+            // A fresh token per cycle, as long as the engine's (22 characters).
+            let token = format!("{seq:022x}");
             assert!(
                 raw_take(raw, key, &token, CYCLE_TTL_MS).await,
                 "floor: {key} was busy"
@@ -129,7 +129,7 @@ pub(crate) async fn one_cycle(
             );
         }
         Cycle::ScriptFloor => {
-            let token = format!("{seq:032x}");
+            let token = format!("{seq:022x}");
             let (taken, _fence): (i64, i64) = redis::cmd("EVALSHA")
                 .arg(&t.fenced_acquire_sha)
                 .arg(2)

@@ -42,7 +42,7 @@ async fn raw_latencies(
     let mut seq = 0u64;
     while Instant::now() < until {
         seq += 1;
-        let token = format!("{seq:032x}");
+        let token = format!("{seq:022x}");
         let t0 = Instant::now();
         let taken = join_all(
             conns

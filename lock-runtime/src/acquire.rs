@@ -85,9 +85,9 @@ impl Drop for InFlight<'_> {
 
 impl Acquirer {
     pub(crate) fn new(quorum: Arc<Quorum>, suffix: String, poll: Option<Duration>) -> Self {
-        let mut grants = String::with_capacity(32);
-        crate::random::push_token(&mut grants);
-        grants.truncate(16);
+        // Hex digits: the release script finds the id with Lua's `%w`.
+        let mut grants = String::with_capacity(16);
+        crate::random::push_hex(&mut grants, 16);
         Self {
             watchdog: Watchdog::new(Arc::clone(&quorum)),
             quorum,

@@ -3,7 +3,10 @@
 //! whole value as one opaque string (as written, or with the waiters' mark set); only
 //! inspection reads it apart.
 //!
-//! Format: `<32 hex digits>;host=<host>;pid=<pid>[;label=<label>];w=0`. Host and label keep
+//! Format: `<token>;h=<host>;p=<pid>[;l=<label>];w=0`, the token 22 characters of the URL-safe
+//! base64 alphabet (versions before 2026-12-04 wrote `<32 hex digits>;host=..;pid=..[;label=..]`,
+//! which still reads back: short field names keep a value within the 44 bytes that Redis stores
+//! in one allocation, for a short host name). Host and label keep
 //! ASCII letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then
 //! has no space, which the waiter queue's state string relies on, and no `;` or `=` inside a
 //! field). The last field is the waiters' mark: a waiter that queues behind the holder turns it
@@ -17,7 +20,8 @@
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// The random token of this acquisition (32 hex digits).
+    /// The random token of this acquisition (22 URL-safe base64 characters; 32 hex digits in a
+    /// value written by a version before 2026-12-04).
     pub token: String,
     /// The host name of the holder's machine.
     pub host: String,
@@ -32,15 +36,20 @@ impl Holder {
     pub fn parse(value: &str) -> Option<Holder> {
         let mut fields = value.split(';');
         let token = fields.next()?;
-        if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let ours = token.len() == crate::random::TOKEN_LEN
+            && token
+                .bytes()
+                .all(|b| crate::random::TOKEN_ALPHABET.contains(&b));
+        let older = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
+        if !ours && !older {
             return None;
         }
         let (mut host, mut pid, mut label) = (None, None, None);
         for field in fields {
             match field.split_once('=')? {
-                ("host", h) => host = Some(h.to_owned()),
-                ("pid", p) => pid = Some(p.parse().ok()?),
-                ("label", l) => label = Some(l.to_owned()),
+                ("h" | "host", h) => host = Some(h.to_owned()),
+                ("p" | "pid", p) => pid = Some(p.parse().ok()?),
+                ("l" | "label", l) => label = Some(l.to_owned()),
                 // Fields a later version may add.
                 _ => {}
             }
@@ -54,12 +63,12 @@ impl Holder {
     }
 }
 
-/// What every value this process writes ends with: `;host=..;pid=..[;label=..];w=0`, made once
-/// per locker.
+/// What every value this process writes ends with: `;h=..;p=..[;l=..];w=0`, made once per
+/// locker.
 pub(crate) fn suffix(label: Option<&str>) -> String {
-    let mut out = format!(";host={};pid={}", clean(&host_name()), std::process::id());
+    let mut out = format!(";h={};p={}", clean(&host_name()), std::process::id());
     if let Some(label) = label {
-        out.push_str(";label=");
+        out.push_str(";l=");
         out.push_str(&clean(label));
     }
     out.push_str(UNMARKED);
@@ -71,7 +80,7 @@ pub(crate) const UNMARKED: &str = ";w=0";
 
 /// A fresh token followed by `suffix`, in one allocation.
 pub(crate) fn value(suffix: &str) -> String {
-    let mut value = String::with_capacity(32 + suffix.len());
+    let mut value = String::with_capacity(crate::random::TOKEN_LEN + suffix.len());
     crate::random::push_token(&mut value);
     value.push_str(suffix);
     value
@@ -119,7 +128,7 @@ mod tests {
         let holder = Holder::parse(&value).unwrap();
         assert_eq!(holder.pid, std::process::id());
         assert_eq!(holder.label.as_deref(), Some("billing_worker__2"));
-        assert_eq!(holder.token.len(), 32);
+        assert_eq!(holder.token.len(), crate::random::TOKEN_LEN);
         assert!(value.starts_with(&holder.token));
         assert!(!holder.host.is_empty());
         // The waiters' mark is the last field, and a marked value still reads back.
@@ -139,7 +148,15 @@ mod tests {
             assert_eq!(Holder::parse(foreign), None, "{foreign}");
         }
         // A field a later version adds is skipped.
-        let later = "0123456789abcdef0123456789abcdef;host=h;pid=7;zone=eu";
+        let later = "AAAAAAAAAAAAAAAAAAAA-_;h=h;p=7;zone=eu";
         assert_eq!(Holder::parse(later).unwrap().pid, 7);
+        // A value of a version before the short format still reads back.
+        let older = "0123456789abcdef0123456789abcdef;host=h;pid=7;label=x;w=1";
+        let holder = Holder::parse(older).unwrap();
+        assert_eq!((holder.host.as_str(), holder.pid), ("h", 7));
+        assert_eq!(holder.label.as_deref(), Some("x"));
+        // With a short host name, a value fits the 44 bytes Redis keeps in one allocation.
+        let short = self::value(&format!(";h=vm;p={}{UNMARKED}", u32::MAX));
+        assert!(short.len() <= 44, "{short}");
     }
 }

@@ -61,8 +61,8 @@ impl Lease {
         &self.state.name
     }
 
-    /// The whole value stored in the key: a random token of 32 hex digits followed by who took
-    /// it, `<token>;host=<host>;pid=<pid>[;label=<label>];w=0` (see [`Holder`](crate::Holder)).
+    /// The whole value stored in the key: a random token of 22 characters followed by who took
+    /// it, `<token>;h=<host>;p=<pid>[;l=<label>];w=0` (see [`Holder`](crate::Holder)).
     /// Only this lease can renew or release the key; the scripts compare this value as one
     /// opaque string, or its form with `;w=1` at the end, which a waiter queued behind this
     /// lease writes.
