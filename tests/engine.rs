@@ -70,12 +70,13 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
         .unwrap();
     env.reset_stats().await;
     let lease = env.locker.acquire("rt", &o).await.unwrap();
-    // One pipeline of plain commands: SET NX PX GET, TIME, GET of the fence counter, EXISTS.
+    // One pipeline of plain commands: SET NX PX GET, TIME, GET of the fence counter. The queue
+    // is not looked at.
     for (command, calls) in [
         ("set", 1),
         ("time", 1),
         ("get", 1),
-        ("exists", 1),
+        ("exists", 0),
         ("evalsha", 0),
     ] {
         assert_eq!(env.calls(command).await, calls, "acquire: {command}");
@@ -1306,26 +1307,68 @@ async fn a_waiter_never_changes_a_value_without_the_mark() {
     }
 }
 
-/// The plain-command acquire that takes a free key from under queued waiters (the lock was
-/// freed by expiry under them, who could not mark a value that was gone) gives it back through
-/// the release script's whole path, which grants it to the first waiter: the short path would
-/// have freed it for anyone. The caller, trying once, gets `Busy`.
-#[tokio::test]
-async fn a_key_taken_from_under_queued_waiters_is_granted_to_the_first_of_them() {
+/// A key that expires under queued waiters (its holder died) is free for a moment: the first
+/// waiter times its next attempt for the expiry, and an uncontended acquire does not look at
+/// the queue, so a newcomer that comes in that moment takes the lock, once. The waiter's attempt
+/// then marks the newcomer's value, and the newcomer's release grants the lock to the waiter
+/// instead of freeing it for anyone. The waiter runs on a runtime of its own, frozen over the
+/// expiry, so that the newcomer does come in that moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_first_of_them() {
     let env = Env::start().await;
     let name = "taken-under";
     let key = env.key(name);
-    // A waiter of this version between two attempts: its place, and its state as its attempt
-    // writes it (`<nonce> <ttl ms> <grace ms>`).
-    let nonce = "0123456789abcdef0123456789abcdef;host=h;pid=7;w=0";
-    queue_waiter(&env, &key, "elder", &format!("{nonce} 10000 3000")).await;
-    let err = env.locker.acquire(name, &opts(10_000)).await.unwrap_err();
-    assert!(matches!(err, LockError::Busy { .. }), "{err}");
-    assert_eq!(
-        env.get(&key).await.as_deref(),
-        Some(nonce),
-        "granted to the elder"
-    );
+    // A holder of this version that died: its key expires in 500 ms.
+    let dead = "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0";
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg(dead)
+        .arg("PX")
+        .arg(500)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+    let waiter = OwnRuntime::start(env.server.url(), move |locker| async move {
+        let lease = locker
+            .acquire(name, &opts(10_000).with_wait(ms(20_000)))
+            .await
+            .unwrap();
+        let _ = got_tx.send(lease.token().to_owned());
+        lease.release().await.unwrap();
+    });
+    queued(&env, name, 1).await;
+    let marked_dead = format!("{}1", &dead[..dead.len() - 1]);
+    assert_eq!(env.get(&key).await, Some(marked_dead), "the waiter marks");
+    waiter.freeze();
+    eventually(ms(2_000), "the dead holder's key expired", || async {
+        !env.exists(&key).await
+    })
+    .await;
+    let newcomer = env
+        .locker
+        .acquire(name, &opts(10_000))
+        .await
+        .expect("a newcomer takes the key in the moment it is free");
+    let newcomer_token = newcomer.token().to_owned();
+    assert_eq!(queue_len(&env, name).await, 1, "the waiter keeps its place");
+    waiter.resume();
+    let marked = format!("{}1", &newcomer_token[..newcomer_token.len() - 1]);
+    eventually(
+        ms(5_000),
+        "the waiter's attempt marks the newcomer",
+        || async { env.get(&key).await.as_deref() == Some(marked.as_str()) },
+    )
+    .await;
+    newcomer.release().await.unwrap();
+    let token = tokio::time::timeout(ms(5_000), got_rx)
+        .await
+        .expect("the newcomer's release granted the lock to the waiter")
+        .unwrap();
+    assert_ne!(token, newcomer_token);
+    waiter.finish();
+    eventually(ms(2_000), "released", || async { !env.exists(&key).await }).await;
     assert_eq!(queue_len(&env, name).await, 0);
 }
 
@@ -1445,14 +1488,19 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     // A waiter that queued and then vanished (crashed without leaving the queue): first in
     // line, with a last attempt's nonce and a grace of 300 ms that it will never renew.
     queue_stalled_waiter(&env, &key, "ghost").await;
-    // The fault is real: the lock is free, yet a newcomer is refused while the ghost is first.
-    let err = env
-        .locker
-        .acquire("phantom", &opts(1_000))
+    // A holder (of this version) for 100 ms, so that the waiter below queues behind the ghost
+    // instead of taking a free key with its first, plain-command attempt.
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0")
+        .arg("PX")
+        .arg(100)
+        .query_async(&mut raw)
         .await
-        .unwrap_err();
-    assert!(matches!(err, LockError::Busy { .. }), "{err}");
-    // A waiter gets it once the ghost's place ran out, not after the lock's ttl.
+        .unwrap();
+    // The waiter gets the lock once the ghost's place ran out (300 ms after the waiter first
+    // saw it), well before the queue's keys would expire by themselves (4 graces, 1.2 s).
     let start = Instant::now();
     let lease = env
         .locker
@@ -1460,6 +1508,11 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
         .await
         .unwrap();
     assert!(start.elapsed() < ms(1_000), "waited {:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= ms(300),
+        "taken after {:?}, before the ghost's grace ran out",
+        start.elapsed()
+    );
     lease.release().await.unwrap();
     assert_eq!(queue_len(&env, "phantom").await, 0);
 }

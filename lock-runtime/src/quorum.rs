@@ -307,8 +307,8 @@ impl Quorum {
                 }
                 Ok(FastReply::Unclear { taken }) => {
                     // The script tells what the key or the counter holds. A SET that went
-                    // through is undone first: with waiters queued, the release script hands
-                    // the lock to the first of them.
+                    // through is undone first, the whole way through the release script (with
+                    // waiters queued, it hands the lock to the first of them).
                     if taken {
                         let how = self.cleanup(0);
                         let _ = Box::pin(node.release(&keys.key, ask.token, &how)).await;

@@ -157,13 +157,19 @@ impl Node {
     }
 
     /// The uncontended path on one server, in plain commands and one round trip: `SET NX PX GET`
-    /// (which also says whether the key was free), the server's clock and the fence counter, and
-    /// whether waiters queue (a lock taken from under queued waiters is handed over to them at
-    /// once). The fence is `max(counter + 1, clock in µs)`, as the acquire script computes it; the
-    /// counter is written at release (see [`scripts::RELEASE`]), while the key is still ours.
-    /// Without `fenced` (nobody can read the fence) the clock and the counter are left out and
-    /// the fence is 0. Anything unusual (a key or counter of another type, a counter that is not
-    /// a number) goes to the script (`Unclear`), which tells what it is.
+    /// (which also says whether the key was free, and fails on a key of another type); with
+    /// `fenced`, the server's clock and the fence counter too. The fence is `max(counter + 1,
+    /// clock in µs)`, as the acquire script computes it; the counter is written at release (see
+    /// [`scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
+    /// fence) the fence is 0, and without replicas to wait for the `SET` goes alone, as one
+    /// command. Anything unusual (a key or counter of another type, a counter that is not a
+    /// number) goes to the script (`Unclear`), which tells what it is.
+    ///
+    /// The queue is not looked at: a key that is free has nobody queued behind it, except in the
+    /// moment between its expiry under queued waiters (its holder died) and the first waiter's
+    /// attempt, which that waiter times for the expiry. A call that takes the key in that moment
+    /// holds it once; a waiter's attempt then marks its value, and its release grants the lock
+    /// to the first waiter (see `scripts::ACQUIRE`).
     ///
     /// Not bounded here: its one caller bounds the whole attempt, this request included (see
     /// `Quorum::attempt_bound`), so the request needs no timer of its own. `sent`: when that
@@ -187,35 +193,39 @@ impl Node {
             .arg("PX")
             .arg(ttl_ms)
             .arg("GET");
-        let mut queued = command(2, key.len() + 16);
-        queued.arg("EXISTS").arg(keys.queue());
-        let mut pipe = redis::Pipeline::with_capacity(5);
-        pipe.add_command(set);
-        if fenced {
-            let mut time = command(1, 4);
-            time.arg("TIME");
-            let mut counter = command(2, key.len() + 12);
-            counter.arg("GET").arg(keys.fence());
-            pipe.add_command(time).add_command(counter);
-        }
-        pipe.add_command(queued);
-        let waits = match self.wait_cmd(ttl_ms) {
-            Some(wait) => {
-                pipe.add_command(wait);
-                true
-            }
-            None => false,
-        };
+        let wait = self.wait_cmd(ttl_ms);
+        let waits = wait.is_some();
+        let alone = !fenced && !waits;
         let mut conn = self.conn().await?;
-        let replies = self
-            .link
-            .observed(pipe.query_async::<Vec<Value>>(&mut conn))
-            .await;
+        let replies = if alone {
+            self.link
+                .observed(set.query_async::<Value>(&mut conn))
+                .await
+                .map(Replies::One)
+        } else {
+            let mut pipe = redis::Pipeline::with_capacity(4);
+            pipe.add_command(set);
+            if fenced {
+                let mut time = command(1, 4);
+                time.arg("TIME");
+                let mut counter = command(2, key.len() + 12);
+                counter.arg("GET").arg(keys.fence());
+                pipe.add_command(time).add_command(counter);
+            }
+            if let Some(wait) = wait {
+                pipe.add_command(wait);
+            }
+            self.link
+                .observed(pipe.query_async::<Vec<Value>>(&mut conn))
+                .await
+                .map(Replies::Many)
+        };
         let replies = match replies {
             Ok(replies) => replies,
-            // The server answered, with an error (a key of another type): the script tells.
+            // The server answered, with an error (a key of another type): the script tells. The
+            // SET alone did not go through; in a pipeline, it may have.
             Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
-                return Ok(FastReply::Unclear { taken: true });
+                return Ok(FastReply::Unclear { taken: !alone });
             }
             Err(e) => return Err(e),
         };
@@ -231,8 +241,6 @@ impl Node {
             return Ok(FastReply::NotReplicated { acked });
         }
         Ok(match (parsed.previous, parsed.fence) {
-            // Free, but waiters queue (the lock expired under them): theirs, not ours.
-            (None, _) if parsed.queued => FastReply::Unclear { taken: true },
             (None, Some(fence)) => FastReply::Taken { fence },
             // Ours, but the counter is not a counter: the script reports it (after a release).
             (None, None) => FastReply::Unclear { taken: true },
@@ -242,19 +250,37 @@ impl Node {
     }
 }
 
+/// The replies of the uncontended path: the `SET`'s alone, or the pipeline's.
+enum Replies {
+    One(Value),
+    Many(Vec<Value>),
+}
+
 /// The replies of the uncontended path, in the order sent.
 struct FastReplies {
     /// The key's value before the `SET NX` (none: it was free and is ours now).
     previous: Option<Value>,
     /// The fence (0 when not asked for); none when the counter is not a number.
     fence: Option<u64>,
-    queued: bool,
     acked: Option<usize>,
 }
 
 impl FastReplies {
-    fn parse(replies: Vec<Value>, fenced: bool, waits: bool) -> Option<Self> {
-        let mut replies = replies.into_iter();
+    fn parse(replies: Replies, fenced: bool, waits: bool) -> Option<Self> {
+        let mut replies = match replies {
+            Replies::One(set) => {
+                let previous = match set {
+                    Value::Nil => None,
+                    other => Some(other),
+                };
+                return Some(Self {
+                    previous,
+                    fence: Some(0),
+                    acked: None,
+                });
+            }
+            Replies::Many(replies) => replies.into_iter(),
+        };
         let previous = match replies.next()? {
             Value::Nil => None,
             other => Some(other),
@@ -272,7 +298,6 @@ impl FastReplies {
         } else {
             Some(0)
         };
-        let queued: bool = redis::from_redis_value(replies.next()?).ok()?;
         let acked = match waits {
             true => Some(redis::from_redis_value(replies.next()?).ok()?),
             false => None,
@@ -280,7 +305,6 @@ impl FastReplies {
         Some(Self {
             previous,
             fence,
-            queued,
             acked,
         })
     }

@@ -56,8 +56,9 @@ pub(crate) struct Release {
     pub record_fence: u64,
     /// The fence counter's retention; 0: forever (a grant: keep the counter's expiry).
     pub fence_retention_ms: u64,
-    /// Look at the waiter queue even if no waiter marked the value: the plain-command path took
-    /// the key from under queued waiters, who could not mark it (see `Quorum::acquire`).
+    /// Look at the waiter queue even if no waiter marked the value: an undo of a key the
+    /// plain-command path took, which does not know whether waiters queue (see
+    /// `Quorum::acquire`).
     pub look_at_queue: bool,
 }
 
