@@ -766,6 +766,19 @@ async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
         .unwrap();
 }
 
+/// Sets the lock `key` to `value` for `ttl`, as a holder (or another client) would.
+async fn set_for(env: &Env, key: &str, value: &str, ttl: Duration) {
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
 /// Waits (bounded) until the queue of the lock `name` holds `n` waiters.
 async fn queued(env: &Env, name: &str, n: i64) {
     eventually(
@@ -1284,15 +1297,7 @@ async fn a_waiter_never_changes_a_value_without_the_mark() {
         "8f3c0d5e-4b1a-4c2e-9f6d-2a7b8c9d0e1f",
         "0123456789abcdef0123456789abcdef;host=h;pid=7",
     ] {
-        let mut raw = env.raw.clone();
-        let _: () = redis::cmd("SET")
-            .arg(&key)
-            .arg(value)
-            .arg("PX")
-            .arg(700)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        set_for(&env, &key, value, ms(700)).await;
         let waiter = take_and_release(
             env.second_locker().await,
             name,
@@ -1320,15 +1325,7 @@ async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_firs
     let key = env.key(name);
     // A holder of this version that died: its key expires in 500 ms.
     let dead = "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0";
-    let mut raw = env.raw.clone();
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg(dead)
-        .arg("PX")
-        .arg(500)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set_for(&env, &key, dead, ms(500)).await;
     let (got_tx, got_rx) = tokio::sync::oneshot::channel();
     let waiter = OwnRuntime::start(env.server.url(), move |locker| async move {
         let lease = locker
@@ -1490,15 +1487,7 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     queue_stalled_waiter(&env, &key, "ghost").await;
     // A holder (of this version) for 100 ms, so that the waiter below queues behind the ghost
     // instead of taking a free key with its first, plain-command attempt.
-    let mut raw = env.raw.clone();
-    let _: () = redis::cmd("SET")
-        .arg(&key)
-        .arg("AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0")
-        .arg("PX")
-        .arg(100)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set_for(&env, &key, "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0", ms(100)).await;
     // The waiter gets the lock once the ghost's place ran out (300 ms after the waiter first
     // saw it), well before the queue's keys would expire by themselves (4 graces, 1.2 s).
     let start = Instant::now();
