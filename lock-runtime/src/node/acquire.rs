@@ -165,11 +165,11 @@ impl Node {
     /// command. Anything unusual (a key or counter of another type, a counter that is not a
     /// number) goes to the script (`Unclear`), which tells what it is.
     ///
-    /// The queue is not looked at: a key that is free has nobody queued behind it, except in the
-    /// moment between its expiry under queued waiters (its holder died) and the first waiter's
-    /// attempt, which that waiter times for the expiry. A call that takes the key in that moment
-    /// holds it once; a waiter's attempt then marks its value, and its release grants the lock
-    /// to the first waiter (see `scripts::ACQUIRE`).
+    /// The queue is not looked at: a key that is free has nobody queued behind it, except
+    /// between its expiry under queued waiters (a holder or grantee that died, a `min_hold` run
+    /// out) and the first waiter's next attempt (at the expiry, or within a third of its grace).
+    /// A call that takes the key then cuts in; the next waiter's attempt marks its value, and
+    /// its release grants the lock to the first waiter (see `scripts::ACQUIRE`).
     ///
     /// Not bounded here: its one caller bounds the whole attempt, this request included (see
     /// `Quorum::attempt_bound`), so the request needs no timer of its own. `sent`: when that
