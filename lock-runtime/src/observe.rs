@@ -36,14 +36,17 @@ impl Label<'_> {
     }
 }
 
-/// `begun`: when the acquire began. The clock is read only for a log event or metric that is on.
+/// `begun`: when the acquire began. The clock is read only for a log event or metric that is on,
+/// and once for both.
 pub(crate) fn acquired(label: Label<'_>, fence: u64, begun: tokio::time::Instant) {
+    let waited = std::cell::OnceCell::new();
+    let waited = || *waited.get_or_init(|| begun.elapsed());
     tracing::debug!(
         lock = label.name,
         template = label.template,
         // None (left out) for a lease taken without a fence.
         fence = (fence != 0).then_some(fence),
-        waited_ms = begun.elapsed().as_millis() as u64,
+        waited_ms = waited().as_millis() as u64,
         "lock acquired"
     );
     #[cfg(feature = "metrics")]
@@ -51,7 +54,7 @@ pub(crate) fn acquired(label: Label<'_>, fence: u64, begun: tokio::time::Instant
         let lock = label.value();
         metrics::counter!("lock_acquired_total", "lock" => lock.clone()).increment(1);
         metrics::histogram!("lock_wait_seconds", "lock" => lock.clone())
-            .record(begun.elapsed().as_secs_f64());
+            .record(waited().as_secs_f64());
         metrics::gauge!("lock_leases_held", "lock" => lock).increment(1.0);
     }
 }

@@ -267,21 +267,16 @@ struct FastReplies {
 
 impl FastReplies {
     fn parse(replies: Replies, fenced: bool, waits: bool) -> Option<Self> {
-        let mut replies = match replies {
-            Replies::One(set) => {
-                let previous = match set {
-                    Value::Nil => None,
-                    other => Some(other),
-                };
-                return Some(Self {
-                    previous,
-                    fence: Some(0),
-                    acked: None,
-                });
+        // The SET's reply, then the pipeline's others (none when the SET went alone: then
+        // neither a fence nor acknowledgements were asked for).
+        let (set, mut replies) = match replies {
+            Replies::One(set) => (set, Vec::new().into_iter()),
+            Replies::Many(replies) => {
+                let mut replies = replies.into_iter();
+                (replies.next()?, replies)
             }
-            Replies::Many(replies) => replies.into_iter(),
         };
-        let previous = match replies.next()? {
+        let previous = match set {
             Value::Nil => None,
             other => Some(other),
         };
