@@ -1,4 +1,5 @@
-//! Cycle kinds side by side: short slices in ABBA order, ratios taken within each round
+//! Cycle kinds side by side, ratios taken within each round: short slices in ABBA order, or, for
+//! one task's sequential cycles, every kind's cycles interleaved in one task
 
 use std::time::Duration;
 
@@ -22,7 +23,8 @@ async fn cycle_loop(t: Target, kind: Cycle, task: usize, until: Instant) -> u64 
     n
 }
 
-/// One slice: `tasks` concurrent tasks, each on a distinct name.
+/// One slice: `tasks` concurrent tasks, each on a distinct name (or one kind's share of an
+/// interleaved round: its cycles and the time they took, without CPU figures).
 struct Slice {
     cycles: u64,
     wall: Duration,
@@ -87,10 +89,78 @@ async fn script_stats(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64
         .map_or((0, 0), |(_, calls, usec)| (calls, usec))
 }
 
+/// Cycles of one kind in a row in an interleaved round. One at a time, each kind would also pay
+/// for the code and data the others pushed out of the CPU's caches (measured: rslock, whose
+/// cycle runs more instructions, then lost about 3 % more than the engine, pinned); after a few,
+/// a kind runs as warm as it does alone, while the placement still holds for all of them.
+const RUN_OF: u64 = 8;
+
+/// One interleaved round: a single task runs `RUN_OF` cycles of every kind in a fresh random
+/// order, again and again for `length` per kind, timing each run. Returns each kind's share.
+async fn interleaved_round(t: &Target, kinds: &[Cycle], length: Duration, seed: u64) -> Vec<Slice> {
+    let t = t.clone();
+    let kinds = kinds.to_vec();
+    let until = Instant::now() + length * kinds.len() as u32;
+    let shares = tokio::spawn(async move {
+        let names: Vec<(String, String)> = kinds
+            .iter()
+            .map(|&kind| {
+                let name = cycle_name(kind, 0);
+                let key = t.locker.key_of(&name);
+                (name, key)
+            })
+            .collect();
+        let mut raw = t.raw.clone();
+        let mut order: Vec<usize> = (0..kinds.len()).collect();
+        let mut shares = vec![(0u64, Duration::ZERO); kinds.len()];
+        let mut rng = seed | 1;
+        let mut n = 0u64;
+        while Instant::now() < until {
+            shuffle(&mut order, &mut rng);
+            for &k in &order {
+                let (name, key) = &names[k];
+                let start = Instant::now();
+                for _ in 0..RUN_OF {
+                    one_cycle(&t, &mut raw, kinds[k], name, key, n).await;
+                    n += 1;
+                }
+                shares[k].1 += start.elapsed();
+                shares[k].0 += RUN_OF;
+            }
+        }
+        shares
+    })
+    .await
+    .expect("interleaved cycle task");
+    shares
+        .into_iter()
+        .map(|(cycles, wall)| Slice {
+            cycles,
+            wall,
+            client_ns: 0,
+            server_ns: 0,
+            server_io: (0, 0),
+            scripts: (0, 0),
+        })
+        .collect()
+}
+
+/// Fisher-Yates with xorshift64: the order of one interleaved step.
+fn shuffle(order: &mut [usize], rng: &mut u64) {
+    for i in (1..order.len()).rev() {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        order.swap(i, (*rng % (i as u64 + 1)) as usize);
+    }
+}
+
 /// The slices of a comparison: `slices[k][round]` is kind `kinds[k]` in that round.
 pub(crate) struct Comparison {
     kinds: Vec<Cycle>,
     slices: Vec<Vec<Slice>>,
+    /// Made of interleaved rounds: rates and ratios only, no CPU figures.
+    interleaved: bool,
 }
 
 impl Comparison {
@@ -119,6 +189,33 @@ impl Comparison {
         Comparison {
             kinds: kinds.to_vec(),
             slices,
+            interleaved: false,
+        }
+    }
+
+    /// One task, `rounds` interleaved rounds (after a warm-up one), each giving every kind about
+    /// `slice` of cycles. Sequential round trips on a small VM swing with where the OS runs the
+    /// client's threads and the server, and that placement holds for a while: in separate
+    /// slices, each kind draws its own, while interleaved, every kind's cycles run under the
+    /// same one, so their ratio compares the work of the cycles.
+    pub(crate) async fn interleaved(
+        t: &Target,
+        kinds: &[Cycle],
+        slice: Duration,
+        rounds: usize,
+    ) -> Comparison {
+        interleaved_round(t, kinds, slice, 0x9e37_79b9_7f4a_7c15).await;
+        let mut slices: Vec<Vec<Slice>> = kinds.iter().map(|_| Vec::new()).collect();
+        for round in 0..rounds {
+            let shares = interleaved_round(t, kinds, slice, round as u64 + 1).await;
+            for (i, share) in shares.into_iter().enumerate() {
+                slices[i].push(share);
+            }
+        }
+        Comparison {
+            kinds: kinds.to_vec(),
+            slices,
+            interleaved: true,
         }
     }
 
@@ -155,9 +252,18 @@ impl Comparison {
         )
     }
 
+    /// Slices of `kind` with CPU figures (not from an interleaved comparison).
+    fn measured(&self, kind: Cycle) -> &[Slice] {
+        assert!(
+            !self.interleaved,
+            "CPU and server figures come from separate slices, not interleaved rounds"
+        );
+        self.of(kind)
+    }
+
     /// CPU microseconds per cycle over all rounds: (client, server).
     pub(crate) fn cpu_us(&self, kind: Cycle) -> (f64, f64) {
-        let runs = self.of(kind);
+        let runs = self.measured(kind);
         let cycles = runs.iter().map(|s| s.cycles).sum::<u64>().max(1) as f64;
         let client: u64 = runs.iter().map(|s| s.client_ns).sum();
         let server: u64 = runs.iter().map(|s| s.server_ns).sum();
@@ -171,7 +277,7 @@ impl Comparison {
 
     /// The server's read and write system calls per cycle over all rounds.
     pub(crate) fn server_io(&self, kind: Cycle) -> (f64, f64) {
-        let runs = self.of(kind);
+        let runs = self.measured(kind);
         let cycles = runs.iter().map(|s| s.cycles).sum::<u64>().max(1) as f64;
         let reads: u64 = runs.iter().map(|s| s.server_io.0).sum();
         let writes: u64 = runs.iter().map(|s| s.server_io.1).sum();
@@ -181,7 +287,7 @@ impl Comparison {
     /// µs per script call (EVALSHA) by INFO commandstats over all rounds: the script's work
     /// alone, without reading the request or writing the reply.
     pub(crate) fn script_us(&self, kind: Cycle) -> f64 {
-        let runs = self.of(kind);
+        let runs = self.measured(kind);
         let calls: u64 = runs.iter().map(|s| s.scripts.0).sum();
         let usec: u64 = runs.iter().map(|s| s.scripts.1).sum();
         usec as f64 / calls.max(1) as f64

@@ -20,18 +20,22 @@
 //! 7. a local Redis Cluster (3+3) vs one server: uncontended cycle latency and the hand-off.
 //!
 //! Sequential round trips on loopback (rows 1, 2d and 5) depend on how fast the OS wakes a thread
-//! on another CPU. On small virtual machines that can swing by 5x from one process to the next;
-//! the program warns when row 1 looks affected. Pinned, client and server share one CPU and the
-//! sequential ratios are stable: `BENCH_ONLY=1,2 taskset -c 0 cargo bench -p lock-bench` (the
+//! on another CPU. On small virtual machines that can swing by 3-5x with where the OS happens to
+//! run the client's threads and the server, a placement that holds for a while: two 100 ms
+//! slices of the same cycle can differ by 3x. So row 1 interleaves its kinds in one task (runs
+//! of 8 cycles of each, in a fresh random order each step), and every kind's cycles run under
+//! the same placement; the ratios of separate slices are printed beside it, and the program
+//! warns when even the interleaved ratios look affected. Pinned, client and server share one CPU
+//! and both ways are stable: `BENCH_ONLY=1,2 taskset -c 0 cargo bench -p lock-bench` (the
 //! redis-server processes inherit the affinity; the header says where each ran).
 //!
 //! Ratios are what matter: absolute figures move from machine to machine, and on a small machine
 //! the client and the server(s) share the same cores. Throughput and latency are measured in
-//! short slices that alternate between the variants (ABBA order), and each ratio is the median of
-//! the per-round ratios (with its interquartile range): a slowdown of the whole machine (another
-//! process, a noisy neighbour) then hits both sides of a ratio alike. CPU time per cycle (client
-//! threads and server process, from /proc schedstat) is reported too: it does not depend on that
-//! noise.
+//! short slices that alternate between the variants (ABBA order; row 1 interleaved, above), and
+//! each ratio is the median of the per-round ratios (with its interquartile range): a slowdown
+//! of the whole machine (another process, a noisy neighbour) then hits both sides of a ratio
+//! alike. CPU time per cycle (client threads and server process, from /proc schedstat; for row
+//! 1, from its separate slices) is reported too: it does not depend on that noise.
 
 mod alloc;
 mod cluster;

@@ -32,7 +32,10 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         Cycle::Attr,
         Cycle::AttrFenced,
     ];
-    let one = Comparison::run(&t, &kinds, 1, cfg.slice, cfg.rounds).await;
+    // Row 1's rates and ratios: every kind's cycles interleaved in one task. The separate slices
+    // give the CPU figures (2d and the notes), and show what the placement does to row 1.
+    let one = Comparison::interleaved(&t, &kinds, cfg.slice, cfg.rounds).await;
+    let sliced = Comparison::run(&t, &kinds, 1, cfg.slice, cfg.rounds).await;
     let floor = format!("{} ({FLOOR})", rate(one.rate(Cycle::Floor)));
     let rows = [
         (
@@ -142,7 +145,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         "(diagnostic)",
         Verdict::Info,
     );
-    for (id, tasks, cmp) in [("2d", "1 task", &one), ("2e", "64 tasks", &many)] {
+    for (id, tasks, cmp) in [("2d", "1 task", &sliced), ("2e", "64 tasks", &many)] {
         let ratio = cmp.server_cpu_ratio(Cycle::Attr, Cycle::Floor);
         report.row(
             id,
@@ -155,22 +158,27 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         );
     }
 
-    notes(&t, &one, &many, &placement, report).await;
+    notes(&t, [&one, &sliced, &many], &placement, cfg.slice, report).await;
 }
 
-/// The round trip, a warning when the placement distorts row 1, CPU and per-cycle profiles.
+/// The round trip, what the placement does to separate slices, CPU and per-cycle profiles.
 async fn notes(
     t: &Target,
-    one: &Comparison,
-    many: &Comparison,
+    [one, sliced, many]: [&Comparison; 3],
     placement: &Placement,
+    slice: Duration,
     report: &mut Report,
 ) {
     let rtt = Duration::from_secs_f64(0.5 / one.rate(Cycle::Floor));
     let mut text = format!(
-        "1: one floor round trip took {} on average (two per cycle), {}",
+        "1: one floor round trip took {} on average (two per cycle), {}. Row 1 interleaves the \
+         kinds' cycles in one task (runs of 8 of each kind, in a fresh random order each step); in separate slices of {} ms \
+         each, as rows 2 and 6 run, 1c was {} and 1e {}",
         us(rtt),
-        placement.describe()
+        placement.describe(),
+        slice.as_millis(),
+        sliced.ratio_text(Cycle::Attr, Cycle::Floor),
+        sliced.ratio_text(Cycle::Attr, Cycle::Rslock),
     );
     // Every other kind does at least the floor's work; faster than it means the cost of waking
     // threads across CPUs dominates (see the module docs of main.rs).
@@ -181,14 +189,22 @@ async fn notes(
         Cycle::Attr,
         Cycle::AttrFenced,
     ];
-    if others.iter().any(|&k| one.ratio(k, Cycle::Floor) > 1.05) {
+    let faster = |cmp: &Comparison| others.iter().any(|&k| cmp.ratio(k, Cycle::Floor) > 1.05);
+    if faster(sliced) {
         text.push_str(
-            ". WARNING: a cycle that does more work than the floor came out faster than it: on \
-             this machine the client's threads and the server were woken across CPUs slowly (a \
-             virtual machine whose idle vCPUs take long to wake), and then any extra thread \
-             activity keeps a CPU awake and shortens the round trip. Row 1 is not meaningful in \
-             that state; for reproducible sequential figures run \
-             `BENCH_ONLY=1 taskset -c 0 cargo bench -p lock-bench` (client and server on one CPU)",
+            ". In those slices a cycle that does more work than the floor came out faster than \
+             it: on this machine a sequential round trip depends on where the OS runs the \
+             client's threads and the server (a virtual machine whose idle vCPUs take long to \
+             wake), each slice draws its own placement, and separate slices compare placements, \
+             not cycles",
+        );
+    }
+    if faster(one) {
+        text.push_str(
+            ". WARNING: interleaved too, a cycle that does more work than the floor came out \
+             faster than it; row 1 is not meaningful in that state. For reproducible sequential \
+             figures run `BENCH_ONLY=1 taskset -c 0 cargo bench -p lock-bench` (client and \
+             server on one CPU)",
         );
     }
     report.note(text);
@@ -213,7 +229,7 @@ async fn notes(
          server's read/write system calls per cycle (/proc/<pid>/io) and the µs each script call \
          ran (INFO commandstats: the script's work alone): {}",
         cpu(
-            one,
+            sliced,
             &[
                 Cycle::Floor,
                 Cycle::ScriptFloor,
