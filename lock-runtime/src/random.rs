@@ -50,7 +50,9 @@ pub(crate) fn push_token(out: &mut String) {
         *byte = TOKEN_ALPHABET[(bits & 63) as usize];
         bits >>= 6;
     }
-    out.extend(buf.iter().map(|&b| char::from(b)));
+    // Pushed as one string, not char by char (each a UTF-8 encoding and a capacity check): the
+    // alphabet is ASCII, so the check cannot fail.
+    out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
 }
 
 /// Appends `n` fresh hex digits to `out` (`n` at most 16).

@@ -45,25 +45,32 @@ where
         }
         // The body (and its borrow of the lease) is dropped here: cancelled if it did not finish.
     };
-    let name = lease.name().to_owned();
     if let Outcome::Lost(reason) = outcome {
         // Counted and logged once, however it was found out.
         lease.state.mark_lost(reason);
+        let name = lease.name().to_owned();
         // The key is gone or out of reach: release in the background (the lease's drop) rather
         // than make the caller wait on a node that may not answer.
         drop(lease);
         return Err(LockError::Lost { name, reason });
     }
-    if let Outcome::MaxExec = outcome {
+    // Made before the release consumes the lease; the name is copied for an error only.
+    let max_exec_error = matches!(outcome, Outcome::MaxExec).then(|| {
         crate::observe::max_exec(lease.state.label(), max_exec);
-    }
+        LockError::MaxExecExceeded {
+            name: lease.name().to_owned(),
+            max_exec,
+        }
+    });
     // A failed release is logged and counted by the lease; the body's value stands.
     let _ = lease.release().await;
+    if let Some(error) = max_exec_error {
+        return Err(error);
+    }
     match outcome {
         Outcome::Done(v) => Ok(v),
         Outcome::Panicked(panic) => resume_unwind(panic),
-        Outcome::MaxExec => Err(LockError::MaxExecExceeded { name, max_exec }),
-        Outcome::Lost(reason) => unreachable!("returned above: {reason}"),
+        Outcome::MaxExec | Outcome::Lost(_) => unreachable!("returned above"),
     }
 }
 
