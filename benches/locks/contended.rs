@@ -70,12 +70,13 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
             .map(|(i, r)| {
                 format!(
                     "run {}: per worker {:?}, wait p50/p99/max {}, longest waiter served {:.0}%, \
-                     mean hold {}, overlapping holders {}",
+                     mean / longest hold {} / {}, overlapping holders {}",
                     i + 1,
                     r.counts,
                     r.waits_text(),
                     r.oldest_share * 100.0,
                     ms(r.mean_hold),
+                    ms(r.longest_hold),
                     r.overlaps
                 )
             })
@@ -111,7 +112,9 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         "3: {WORKERS} workers, each holds the lock 1 ms (std::thread::sleep on the blocking pool, \
          about 1.1 ms) then stays 1 ms outside, for {length:?} per run; utilisation counts from \
          acquire() returning to release() being called; smallest share = the least served \
-         worker's acquisitions / the mean. Polling baseline: per worker {:?}, wait p50/p99/max \
+         worker's acquisitions / the mean. A wait spans the holds of the workers ahead, so a \
+         1 ms sleep that overran (the blocking pool's thread woken late; each run's longest \
+         hold is in its note) lengthens the waits behind it. Polling baseline: per worker {:?}, wait p50/p99/max \
          {}, longest waiter served {:.0}% (random among 7 waiters ~ 1/7), mean hold {}, \
          overlapping holders {}; lease ttl {HANDOFF_TTL_MS} ms",
         polling.counts,

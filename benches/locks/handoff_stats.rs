@@ -13,6 +13,7 @@ pub(crate) struct WorkerOut {
     count: u64,
     held: Duration,
     hold_total: Duration,
+    longest_hold: Duration,
     waits: Vec<Duration>,
     /// Acquisitions that went to the worker that had waited longest (no older waiter left behind).
     pub(crate) oldest_won: u64,
@@ -31,6 +32,7 @@ impl WorkerOut {
         self.count += 1;
         self.waits.push(t1 - t0);
         self.hold_total += t2 - t1;
+        self.longest_hold = self.longest_hold.max(t2 - t1);
         let (from, to) = (t1.max(start), t2.min(end));
         if to > from {
             self.held += to - from;
@@ -96,6 +98,9 @@ pub(crate) struct Handoff {
     waits: Vec<Duration>,
     pub(crate) counts: Vec<u64>,
     pub(crate) mean_hold: Duration,
+    /// The longest hold: a 1 ms pause of the worker that overran (the blocking pool's thread
+    /// woken late) makes every waiter behind it wait that much longer, whatever the lock does.
+    pub(crate) longest_hold: Duration,
     pub(crate) overlaps: u64,
 }
 
@@ -105,6 +110,11 @@ impl Handoff {
         let hold_total: Duration = outs.iter().map(|o| o.hold_total).sum();
         let counts: Vec<u64> = outs.iter().map(|o| o.count).collect();
         let oldest: u64 = outs.iter().map(|o| o.oldest_won).sum();
+        let longest_hold = outs
+            .iter()
+            .map(|o| o.longest_hold)
+            .max()
+            .unwrap_or_default();
         let mut waits: Vec<Duration> = outs.into_iter().flat_map(|o| o.waits).collect();
         waits.sort();
         let total: u64 = counts.iter().sum();
@@ -114,6 +124,7 @@ impl Handoff {
             waits,
             counts,
             mean_hold: hold_total / total.max(1) as u32,
+            longest_hold,
             overlaps,
         }
     }
