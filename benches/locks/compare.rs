@@ -93,7 +93,7 @@ async fn script_stats(conn: &mut redis::aio::MultiplexedConnection) -> (u64, u64
 /// for the code and data the others pushed out of the CPU's caches (measured: rslock, whose
 /// cycle runs more instructions, then lost about 3 % more than the engine, pinned); after a few,
 /// a kind runs as warm as it does alone, while the placement still holds for all of them.
-const RUN_OF: u64 = 8;
+pub(crate) const RUN_OF: u64 = 8;
 
 /// One interleaved round: a single task runs `RUN_OF` cycles of every kind in a fresh random
 /// order, again and again for `length` per kind, timing each run. Returns each kind's share.

@@ -114,8 +114,8 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
          acquire() returning to release() being called; smallest share = the least served \
          worker's acquisitions / the mean. A wait spans the holds of the workers ahead, so a \
          1 ms sleep that overran (the blocking pool's thread woken late; each run's longest \
-         hold is in its note) lengthens the waits behind it. Polling baseline: per worker {:?}, wait p50/p99/max \
-         {}, longest waiter served {:.0}% (random among 7 waiters ~ 1/7), mean hold {}, \
+         hold is in its note) lengthens the waits behind it. Polling baseline: per worker \
+         {:?}, wait p50/p99/max {}, longest waiter served {:.0}% (random among 7 waiters ~ 1/7), mean hold {}, \
          overlapping holders {}; lease ttl {HANDOFF_TTL_MS} ms",
         polling.counts,
         polling.waits_text(),

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lock_runtime::testing::RedisServer;
 
 use crate::Config;
-use crate::compare::Comparison;
+use crate::compare::{Comparison, RUN_OF};
 use crate::cycle::{Cycle, Target, future_sizes};
 use crate::placement::Placement;
 use crate::profile::per_cycle_profile;
@@ -172,8 +172,8 @@ async fn notes(
     let rtt = Duration::from_secs_f64(0.5 / one.rate(Cycle::Floor));
     let mut text = format!(
         "1: one floor round trip took {} on average (two per cycle), {}. Row 1 interleaves the \
-         kinds' cycles in one task (runs of 8 of each kind, in a fresh random order each step); in separate slices of {} ms \
-         each, as rows 2 and 6 run, 1c was {} and 1e {}",
+         kinds' cycles in one task (runs of {RUN_OF} of each kind, in a fresh random order each \
+         step); in separate slices of {} ms each, as rows 2 and 6 run, 1c was {} and 1e {}",
         us(rtt),
         placement.describe(),
         slice.as_millis(),
