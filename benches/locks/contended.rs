@@ -70,13 +70,14 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
             .map(|(i, r)| {
                 format!(
                     "run {}: per worker {:?}, wait p50/p99/max {}, longest waiter served {:.0}%, \
-                     mean / longest hold {} / {}, overlapping holders {}",
+                     mean / longest hold {} / {}, machine stall {}, overlapping holders {}",
                     i + 1,
                     r.counts,
                     r.waits_text(),
                     r.oldest_share * 100.0,
                     ms(r.mean_hold),
                     ms(r.longest_hold),
+                    ms(r.stall),
                     r.overlaps
                 )
             })
@@ -114,7 +115,10 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
          acquire() returning to release() being called; smallest share = the least served \
          worker's acquisitions / the mean. A wait spans the holds of the workers ahead, so a \
          1 ms sleep that overran (the blocking pool's thread woken late; each run's longest \
-         hold is in its note) lengthens the waits behind it. Polling baseline: per worker \
+         hold is in its note) lengthens the waits behind it. Machine stall: the longest overrun \
+         of a 5 ms sleep on a plain thread that touches neither tokio nor Redis, in that run; \
+         a wait maximum far above the p99 next to a stall of about its excess was the \
+         machine's, not the hand-off's. Polling baseline: per worker \
          {:?}, wait p50/p99/max {}, longest waiter served {:.0}% (random among 7 waiters ~ 1/7), mean hold {}, \
          overlapping holders {}; lease ttl {HANDOFF_TTL_MS} ms",
         polling.counts,

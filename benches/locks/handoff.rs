@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use crate::handoff_stats::{Handoff, Queue, Section, WorkerOut};
 use crate::raw::{RELEASE_LUA, load_script, raw_connection, raw_release, raw_take};
+use crate::stall_probe::StallProbe;
 
 pub(crate) const WORKERS: usize = 8;
 const HOLD: Duration = Duration::from_millis(1);
@@ -61,12 +62,18 @@ fn window(length: Duration) -> (Instant, Instant) {
     (start, start + length)
 }
 
-async fn collect(handles: Vec<tokio::task::JoinHandle<WorkerOut>>) -> Vec<WorkerOut> {
+/// The run's figures once every worker is done, with the probe's longest stall beside them.
+async fn collect(
+    handles: Vec<tokio::task::JoinHandle<WorkerOut>>,
+    length: Duration,
+    section: &Section,
+    probe: StallProbe,
+) -> Handoff {
     let mut outs = Vec::new();
     for h in handles {
         outs.push(h.await.expect("worker"));
     }
-    outs
+    Handoff::from(outs, length, section.overlaps(), probe.stop())
 }
 
 pub(crate) async fn engine_handoff(
@@ -102,6 +109,7 @@ pub(crate) async fn engine_handoff_on(
     }
     let section = Section::default();
     let queue = Queue::new(WORKERS);
+    let probe = StallProbe::start();
     let (start, end) = window(length);
     let handles: Vec<_> = lockers
         .into_iter()
@@ -132,7 +140,7 @@ pub(crate) async fn engine_handoff_on(
             })
         })
         .collect();
-    Handoff::from(collect(handles).await, end - start, section.overlaps())
+    collect(handles, end - start, &section, probe).await
 }
 
 /// The textbook loop: try SET NX PX, sleep 100 ms on failure; release by compare-and-delete.
@@ -144,6 +152,7 @@ pub(crate) async fn polling_handoff(url: &str, length: Duration, pause: Pause) -
     let sha = load_script(&mut conns[0], RELEASE_LUA).await;
     let section = Section::default();
     let queue = Queue::new(WORKERS);
+    let probe = StallProbe::start();
     let (start, end) = window(length);
     let handles: Vec<_> = conns
         .into_iter()
@@ -178,5 +187,5 @@ pub(crate) async fn polling_handoff(url: &str, length: Duration, pause: Pause) -
             })
         })
         .collect();
-    Handoff::from(collect(handles).await, end - start, section.overlaps())
+    collect(handles, end - start, &section, probe).await
 }

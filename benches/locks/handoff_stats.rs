@@ -101,11 +101,19 @@ pub(crate) struct Handoff {
     /// The longest hold: a 1 ms pause of the worker that overran (the blocking pool's thread
     /// woken late) makes every waiter behind it wait that much longer, whatever the lock does.
     pub(crate) longest_hold: Duration,
+    /// The longest overrun of a plain thread's 5 ms sleep during the run (see `StallProbe`):
+    /// the machine stalled at least that long once.
+    pub(crate) stall: Duration,
     pub(crate) overlaps: u64,
 }
 
 impl Handoff {
-    pub(crate) fn from(outs: Vec<WorkerOut>, wall: Duration, overlaps: u64) -> Self {
+    pub(crate) fn from(
+        outs: Vec<WorkerOut>,
+        wall: Duration,
+        overlaps: u64,
+        stall: Duration,
+    ) -> Self {
         let held: Duration = outs.iter().map(|o| o.held).sum();
         let hold_total: Duration = outs.iter().map(|o| o.hold_total).sum();
         let counts: Vec<u64> = outs.iter().map(|o| o.count).collect();
@@ -125,6 +133,7 @@ impl Handoff {
             counts,
             mean_hold: hold_total / total.max(1) as u32,
             longest_hold,
+            stall,
             overlaps,
         }
     }

@@ -52,6 +52,7 @@ mod raw;
 mod redlock;
 mod report;
 mod slow_link;
+mod stall_probe;
 mod threads;
 mod uncontended;
 
