@@ -158,7 +158,8 @@ async fn an_uncontended_release_sends_the_key_and_token_only() {
             .map(|c| c.args[0].as_str())
             .collect();
         if fenced {
-            assert_eq!(inner, ["GET", "SET", "EXISTS", "DEL"], "records the fence");
+            // No look at the queue: nobody marked the value, so nobody queued behind it.
+            assert_eq!(inner, ["GET", "SET", "DEL"], "records the fence");
         } else {
             assert_eq!(inner, ["GET", "DEL"], "the shortest path");
         }
@@ -766,6 +767,22 @@ async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
         .unwrap();
 }
 
+/// Marks the holder's value of the lock `key` as a queueing waiter does (`;w=0` becomes `;w=1`,
+/// the expiry kept).
+async fn mark(env: &Env, key: &str, token: &str) {
+    let unmarked = token
+        .strip_suffix(";w=0")
+        .expect("the mark's field ends the value");
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(format!("{unmarked};w=1"))
+        .arg("KEEPTTL")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
 /// Sets the lock `key` to `value` for `ttl`, as a holder (or another client) would.
 async fn set_for(env: &Env, key: &str, value: &str, ttl: Duration) {
     let mut raw = env.raw.clone();
@@ -1140,17 +1157,29 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
 /// A rolling upgrade: a waiter of an older version (its state in the queue has no ttl) is not
 /// sent a grant it would not understand; it gets the old hand-over, `~<waiter id>` for its grace,
 /// which its next attempt takes (and which goes on to others once that grace is over). Such a
-/// waiter does not mark the holder's value either: the hand-over comes from a release that looks
-/// at the queue (one that records its fence, as here); the short path of an unfenced release
-/// frees the key, and the older waiter takes it at its next attempt, within a third of its
-/// grace.
-#[tokio::test]
+/// waiter does not mark the holder's value, so only a release that looks at the queue hands over
+/// to it: one whose value a waiter of this version marked. Alone behind a holder, fenced or not,
+/// the older waiter finds the key freed by the release's short path, and takes it at its next
+/// attempt, within a third of its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
     let env = Env::start().await;
     let name = "old-waiter";
     let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
     queue_stalled_waiter(&env, &key, "elder").await;
+    // Nothing marked the value: a fenced release records its fence and frees the key.
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    holder.release().await.unwrap();
+    assert_eq!(env.get(&key).await, None, "the short path freed the key");
+    assert_eq!(queue_len(&env, name).await, 1, "the elder still queues");
+    // A waiter of this version queues behind the next holder and marks its value.
+    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let waiter = take_and_release(
+        env.second_locker().await,
+        name,
+        opts(10_000).with_wait(ms(5_000)),
+    );
+    queued(&env, name, 2).await;
     holder.release().await.unwrap();
     assert_eq!(env.get(&key).await.as_deref(), Some("~elder"));
     let pttl = env.pttl(&key).await;
@@ -1158,15 +1187,13 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
         (0..=300).contains(&pttl),
         "handed over for its grace: {pttl}"
     );
-    // The elder never comes back: a waiter of this version gets the lock after its grace.
+    // The elder never comes back: the waiter of this version gets the lock after its grace.
     let start = Instant::now();
-    let lease = env
-        .locker
-        .acquire(name, &opts(10_000).with_wait(ms(5_000)))
+    tokio::time::timeout(ms(5_000), waiter)
         .await
+        .expect("the waiter gets the lock")
         .unwrap();
     assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
-    lease.release().await.unwrap();
 }
 
 /// A waiter that queues behind a holder marks the holder's value in place (`;w=0` becomes
@@ -1464,6 +1491,8 @@ async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
     let key = env.key(name);
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
     queue_waiter(&env, &key, "elder", "nonce 10000 300").await;
+    // That version marks the holder's value as it queues, so that the release looks at the queue.
+    mark(&env, &key, holder.token()).await;
     let (_conn, mut listener) =
         support::listen(&env.server.url(), &format!("{key}:released*")).await;
     holder.release().await.unwrap();

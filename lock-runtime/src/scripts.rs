@@ -189,10 +189,11 @@ return out
 /// touched). Ours: the key holds the token, or the token with the waiters' mark set.
 ///
 /// - The short path: the key holds the token unmarked (no waiter queued behind this lease, see
-///   `ACQUIRE`), and the arguments from the third on are left out (nothing to record, keep or
-///   publish): `DEL`, and nothing else, not even a look at the queue. A caller that may have
-///   taken the key from under queued waiters (an undo) sends the fifth argument to go the
-///   whole way.
+///   `ACQUIRE`), and the arguments from the fifth on are left out (nothing to keep or publish):
+///   the counter gets the fence when there is one to record, then `DEL`, and nothing else, not
+///   even a look at the queue (the same for a fenced lease as for one without). A caller that
+///   may have taken the key from under queued waiters (an undo) sends the fifth argument to go
+///   the whole way.
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
 ///   (which does not write it): only while the key is still ours, so a lost lease never moves
 ///   the counter back.
@@ -219,9 +220,21 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
--- The common release first, in as few steps as it takes: no waiter marked the value, no fence to
--- record, no keeping, no publishing always (ARGV[5] and on).
-if value == token and (ARGV[3] or '0') == '0' and not ARGV[5] then
+-- The common release first, in as few steps as it takes: no waiter marked the value (so nobody
+-- queued behind this holder), no keeping, no publishing always (ARGV[5] and on); a fence to
+-- record is written first.
+if value == token and not ARGV[5] then
+  local record = ARGV[3] or '0'
+  if record ~= '0' then
+    local counter, retention = KEYS[3] or key .. ':fence', ARGV[2] or '",
+        default_retention_ms!(),
+        r"'
+    if retention ~= '0' then
+      redis.call('SET', counter, record, 'PX', retention)
+    else
+      redis.call('SET', counter, record)
+    end
+  end
   redis.call('DEL', key)
   return 1
 end
