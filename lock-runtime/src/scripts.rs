@@ -220,43 +220,38 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
--- The common release first, in as few steps as it takes: no waiter marked the value (so nobody
--- queued behind this holder), no keeping, no publishing always (ARGV[5] and on); a fence to
--- record is written first.
-if value == token and not ARGV[5] then
-  local record = ARGV[3] or '0'
-  if record ~= '0' then
-    local counter, retention = KEYS[3] or key .. ':fence', ARGV[2] or '",
-        default_retention_ms!(),
-        r"'
-    if retention ~= '0' then
-      redis.call('SET', counter, record, 'PX', retention)
-    else
-      redis.call('SET', counter, record)
-    end
-  end
+-- The common release takes the fewest steps: no waiter marked the value (so nobody queued behind
+-- this holder), no keeping, no publishing always (ARGV[5] and on).
+local short = value == token and not ARGV[5]
+if short and not ARGV[3] then
   redis.call('DEL', key)
   return 1
 end
 -- Ours with the waiters' mark set, or not ours (then nothing is touched).
-if not ",
+if not short and not ",
         ours!(),
         r" then
   return 0
 end
-local queue = KEYS[2] or key .. ':waiters'
-local counter = KEYS[3] or key .. ':fence'
+-- A fence to record (a lease taken by the plain-command path), while the key is still ours.
 local retention, record = ARGV[2] or '",
         default_retention_ms!(),
         r"', ARGV[3] or '0'
-local publish = ARGV[4] or 'PUBLISH'
 if record ~= '0' then
+  local counter = KEYS[3] or key .. ':fence'
   if retention ~= '0' then
     redis.call('SET', counter, record, 'PX', retention)
   else
     redis.call('SET', counter, record)
   end
 end
+if short then
+  redis.call('DEL', key)
+  return 1
+end
+local queue = KEYS[2] or key .. ':waiters'
+local counter = KEYS[3] or key .. ':fence'
+local publish = ARGV[4] or 'PUBLISH'
 local keep = tonumber(ARGV[5] or '0')
 if keep > 0 then
   redis.call('SET', key, token .. ':released', 'PX', keep)
