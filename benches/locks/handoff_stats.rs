@@ -102,7 +102,7 @@ pub(crate) struct Handoff {
     /// woken late) makes every waiter behind it wait that much longer, whatever the lock does.
     pub(crate) longest_hold: Duration,
     /// The longest overrun of a plain thread's 5 ms sleep during the run (see `StallProbe`):
-    /// the machine stalled at least that long once.
+    /// once, nothing ran that thread for at least that long.
     pub(crate) stall: Duration,
     pub(crate) overlaps: u64,
 }

@@ -1,6 +1,7 @@
 //! A plain thread that sleeps 5 ms again and again through a hand-off run and keeps its longest
-//! overrun. It touches neither tokio nor Redis, so a long overrun is a stall of the machine (a
-//! vCPU the hypervisor did not run, say), and the waits of that run were stretched by it too.
+//! overrun. It touches neither tokio nor Redis, so a long overrun means nothing ran it for that
+//! long: a stall of the machine (a vCPU the hypervisor did not run, say) or CPUs kept busy by
+//! something else, which stretched the waits of that run too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +33,8 @@ impl StallProbe {
         StallProbe { stop, thread }
     }
 
-    /// Stops the thread; its longest overrun of a nap.
+    /// Stops the thread (within one nap, which blocks the caller's worker that long); its
+    /// longest overrun of a nap.
     pub(crate) fn stop(self) -> Duration {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().expect("stall probe")
