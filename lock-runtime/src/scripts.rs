@@ -223,10 +223,6 @@ local value = redis.pcall('GET', key)
 -- The common release takes the fewest steps: no waiter marked the value (so nobody queued behind
 -- this holder), no keeping, no publishing always (ARGV[5] and on).
 local short = value == token and not ARGV[5]
-if short and not ARGV[3] then
-  redis.call('DEL', key)
-  return 1
-end
 -- Ours with the waiters' mark set, or not ours (then nothing is touched).
 if not short and not ",
         ours!(),
