@@ -146,7 +146,7 @@ async fn interleaved_round(t: &Target, kinds: &[Cycle], length: Duration, seed: 
 }
 
 /// Fisher-Yates with xorshift64: the order of one interleaved step.
-fn shuffle(order: &mut [usize], rng: &mut u64) {
+pub(crate) fn shuffle(order: &mut [usize], rng: &mut u64) {
     for i in (1..order.len()).rev() {
         *rng ^= *rng << 13;
         *rng ^= *rng >> 7;

@@ -7,71 +7,116 @@ use lock_runtime::testing::RedisServer;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use crate::compare::{RUN_OF, shuffle};
 use crate::raw::{RELEASE_LUA, join_all, load_script, raw_connection, raw_release, raw_take};
 use crate::report::{Report, Verdict, median, median_duration, percentile, us, verdict};
 use crate::{CYCLE_OPTS, CYCLE_TTL_MS, Config};
 
-/// Latency of sequential cycles for `window`: `(acquire, whole cycle)` samples.
-async fn engine_latencies(
-    locker: &Locker,
-    name: &str,
-    window: Duration,
-) -> (Vec<Duration>, Vec<Duration>) {
-    let (mut acquire, mut cycle) = (Vec::new(), Vec::new());
-    let until = Instant::now() + window;
-    while Instant::now() < until {
-        let t0 = Instant::now();
-        let lease = locker.acquire(name, &CYCLE_OPTS).await.expect("acquire");
-        let t1 = Instant::now();
-        lease.release().await.expect("release");
-        acquire.push(t1 - t0);
-        cycle.push(t0.elapsed());
-    }
-    (acquire, cycle)
+/// The node counts row 5 compares; the first is the baseline.
+const SIZES: [usize; 3] = [1, 3, 5];
+
+/// Everything row 5 runs on: for each size, the engine's locker and raw connections to as many
+/// nodes.
+#[derive(Clone)]
+struct Clients {
+    lockers: Vec<Locker>,
+    raws: Vec<Vec<MultiplexedConnection>>,
+    sha: String,
 }
 
-/// The raw floor on N nodes: SET NX PX on every node at once, then EVALSHA on every node at once.
-async fn raw_latencies(
+/// Latencies of one kind of cycle: `(acquire, whole cycle)` samples.
+type Samples = (Vec<Duration>, Vec<Duration>);
+
+/// One engine cycle on `locker`: acquire, then release.
+async fn engine_cycle(locker: &Locker, name: &str, samples: &mut Samples) {
+    let t0 = Instant::now();
+    let lease = locker.acquire(name, &CYCLE_OPTS).await.expect("acquire");
+    let t1 = Instant::now();
+    lease.release().await.expect("release");
+    samples.0.push(t1 - t0);
+    samples.1.push(t0.elapsed());
+}
+
+/// One cycle of the raw floor on N nodes: SET NX PX on every node at once, then EVALSHA on every
+/// node at once.
+async fn raw_cycle(
     conns: &[MultiplexedConnection],
     sha: &str,
     key: &str,
-    window: Duration,
-) -> (Vec<Duration>, Vec<Duration>) {
-    let (mut acquire, mut cycle) = (Vec::new(), Vec::new());
-    let until = Instant::now() + window;
-    let mut seq = 0u64;
-    while Instant::now() < until {
-        seq += 1;
-        let token = format!("{seq:022x}");
-        let t0 = Instant::now();
-        let taken = join_all(
-            conns
-                .iter()
-                .map(|c| {
-                    let mut c = c.clone();
-                    let token = &token;
-                    async move { raw_take(&mut c, key, token, CYCLE_TTL_MS).await }
-                })
-                .collect(),
-        )
-        .await;
-        let t1 = Instant::now();
-        assert!(taken.iter().all(|&t| t), "raw redlock floor: busy");
-        join_all(
-            conns
-                .iter()
-                .map(|c| {
-                    let mut c = c.clone();
-                    let token = &token;
-                    async move { raw_release(&mut c, sha, key, token).await }
-                })
-                .collect(),
-        )
-        .await;
-        acquire.push(t1 - t0);
-        cycle.push(t0.elapsed());
-    }
-    (acquire, cycle)
+    seq: u64,
+    samples: &mut Samples,
+) {
+    let token = format!("{seq:022x}");
+    let t0 = Instant::now();
+    let taken = join_all(
+        conns
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                let token = &token;
+                async move { raw_take(&mut c, key, token, CYCLE_TTL_MS).await }
+            })
+            .collect(),
+    )
+    .await;
+    let t1 = Instant::now();
+    assert!(taken.iter().all(|&t| t), "raw redlock floor: busy");
+    join_all(
+        conns
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                let token = &token;
+                async move { raw_release(&mut c, sha, key, token).await }
+            })
+            .collect(),
+    )
+    .await;
+    samples.0.push(t1 - t0);
+    samples.1.push(t0.elapsed());
+}
+
+/// One round: a single task runs `RUN_OF` cycles of every kind (the engine and the raw floor on
+/// each size) in a fresh random order, again and again for `length` per kind, so that every kind
+/// meets the same placement of threads on CPUs (see row 1). Returns, per size, the p50s of
+/// `[engine acquire, engine cycle, raw acquire, raw cycle]`.
+async fn interleaved_round(clients: &Clients, length: Duration, seed: u64) -> Vec<[Duration; 4]> {
+    let clients = clients.clone();
+    let kinds = 2 * SIZES.len();
+    let until = Instant::now() + length * kinds as u32;
+    tokio::spawn(async move {
+        let names: Vec<String> = SIZES.iter().map(|n| format!("bench:redlock:{n}")).collect();
+        let raw_key = "lock:{bench:redlock:raw}";
+        let mut samples: Vec<Samples> = vec![(Vec::new(), Vec::new()); kinds];
+        let mut order: Vec<usize> = (0..kinds).collect();
+        let mut rng = seed | 1;
+        let mut seq = 0u64;
+        while Instant::now() < until {
+            shuffle(&mut order, &mut rng);
+            for &k in &order {
+                let size = k / 2;
+                for _ in 0..RUN_OF {
+                    if k % 2 == 0 {
+                        engine_cycle(&clients.lockers[size], &names[size], &mut samples[k]).await;
+                    } else {
+                        seq += 1;
+                        let conns = &clients.raws[size];
+                        raw_cycle(conns, &clients.sha, raw_key, seq, &mut samples[k]).await;
+                    }
+                }
+            }
+        }
+        let mut samples = samples.into_iter().map(|(a, c)| (p50(a), p50(c)));
+        (0..SIZES.len())
+            .map(|_| {
+                let (ea, ec) = samples.next().expect("engine kind");
+                let (ra, rc) = samples.next().expect("raw kind");
+                [ea, ec, ra, rc]
+            })
+            .collect()
+    })
+    .await
+    .expect("row 5 round task")
 }
 
 fn p50(mut v: Vec<Duration>) -> Duration {
@@ -83,40 +128,30 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
     eprintln!("row 5: Redlock on 3 and 5 nodes");
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
-    let sizes = [1usize, 3, 5];
-    let mut lockers = Vec::new();
-    let mut raws = Vec::new();
-    let mut sha = String::new();
-    for &n in &sizes {
+    let mut clients = Clients {
+        lockers: Vec::new(),
+        raws: Vec::new(),
+        sha: String::new(),
+    };
+    for n in SIZES {
         let locker = if n == 1 {
             Locker::connect(&urls[0]).await
         } else {
             Locker::redlock(urls[..n].iter().cloned()).await
         };
-        lockers.push(locker.expect("locker connects"));
+        clients.lockers.push(locker.expect("locker connects"));
         let mut conns = Vec::new();
         for url in &urls[..n] {
             let mut conn = raw_connection(url).await;
-            sha = load_script(&mut conn, RELEASE_LUA).await;
+            clients.sha = load_script(&mut conn, RELEASE_LUA).await;
             conns.push(conn);
         }
-        raws.push(conns);
+        clients.raws.push(conns);
     }
-    let raw_key = "lock:{bench:redlock:raw}";
     // Per round and per size: p50 of [engine acquire, engine cycle, raw acquire, raw cycle].
     let mut rounds: Vec<Vec<[Duration; 4]>> = Vec::new();
     for round in 0..=cfg.rounds {
-        let mut order: Vec<usize> = (0..sizes.len()).collect();
-        if round % 2 == 1 {
-            order.reverse();
-        }
-        let mut figures = vec![[Duration::ZERO; 4]; sizes.len()];
-        for i in order {
-            let name = format!("bench:redlock:{}", sizes[i]);
-            let (a, c) = engine_latencies(&lockers[i], &name, cfg.slice).await;
-            let (ra, rc) = raw_latencies(&raws[i], &sha, raw_key, cfg.slice).await;
-            figures[i] = [p50(a), p50(c), p50(ra), p50(rc)];
-        }
+        let figures = interleaved_round(&clients, cfg.slice, 0x5eed + round as u64).await;
         // Round 0 is the warm-up.
         if round > 0 {
             rounds.push(figures);
@@ -132,7 +167,7 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
                 .collect(),
         )
     };
-    for (i, &n) in sizes.iter().enumerate().skip(1) {
+    for (i, &n) in SIZES.iter().enumerate().skip(1) {
         let r = ratio(i, 0);
         report.row(
             &format!("5{}", if n == 3 { 'a' } else { 'b' }),
@@ -144,7 +179,7 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
             verdict(r <= 1.5),
         );
     }
-    for (i, &n) in sizes.iter().enumerate().skip(1) {
+    for (i, &n) in SIZES.iter().enumerate().skip(1) {
         report.row(
             &format!("5{}", if n == 3 { 'c' } else { 'd' }),
             &format!("Redlock {n} nodes: acquire + release p50"),
@@ -155,7 +190,7 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
             Verdict::Info,
         );
     }
-    for (i, &n) in sizes.iter().enumerate().skip(1) {
+    for (i, &n) in SIZES.iter().enumerate().skip(1) {
         report.row(
             &format!("5{}", if n == 3 { 'e' } else { 'f' }),
             &format!("raw floor, SET NX PX on {n} nodes at once vs 1: p50"),
@@ -169,7 +204,10 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
     let one = [fig(0, 0), fig(0, 1), fig(0, 2), fig(0, 3)];
     report.note(format!(
         "5: acquire p50 on one node: engine {} vs raw SET NX PX {}; cycle p50 engine {} vs raw {}; \
-         all nodes are local redis-server processes sharing the machine's cores with the client",
+         all nodes are local redis-server processes sharing the machine's cores with the client; \
+         each round runs every kind (engine and raw, on 1, 3 and 5 nodes) in one task, in runs of \
+         {RUN_OF} cycles in a fresh random order, so that all meet the same placement of threads \
+         on CPUs (as row 1)",
         us(one[0]),
         us(one[2]),
         us(one[1]),
