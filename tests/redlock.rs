@@ -832,3 +832,91 @@ async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
         "fences must strictly increase across the restarts: {fences:?}"
     );
 }
+
+/// A node's attempt (the leaner script of a server without a waiter queue) takes the key first
+/// and the fence after: a key of another type, or a fence counter that is not a number, on a
+/// majority fails the attempt with the reason from each node, leaves those values untouched and
+/// leaves no key of ours behind; on a minority the lock is still taken on the others.
+#[tokio::test]
+async fn values_of_another_kind_on_a_majority_fail_the_attempt_and_stay_untouched() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(1_000));
+    let list = |key: &str| redis::cmd("RPUSH").arg(key).arg("a").arg("b").clone();
+    let len = |key: &str| redis::cmd("LLEN").arg(key).clone();
+
+    // Lists at the lock's key on nodes 0 and 1.
+    let key = locker.key_of("listed");
+    for i in [0, 1] {
+        let _: i64 = nodes.query(i, &list(&key)).await;
+    }
+    let err = locker.acquire("listed", &opts(5_000)).await.unwrap_err();
+    let LockError::QuorumUnavailable { failures, .. } = &err else {
+        panic!("expected QuorumUnavailable: {err}");
+    };
+    assert_eq!(failed_nodes(&nodes, failures), [0, 1], "{err}");
+    assert!(
+        failures.iter().all(|(_, why)| why.contains("list")),
+        "{err}"
+    );
+    for i in [0, 1] {
+        assert_eq!(
+            nodes.query::<i64>(i, &len(&key)).await,
+            2,
+            "node {i}: list touched"
+        );
+    }
+    // Node 2 granted it (its counter moved; its reply may land after the two failures decided
+    // the attempt) and the key it took is deleted again.
+    let fence_key = format!("{key}:fence");
+    eventually(ms(500), "node 2 takes the key and it is deleted again", || {
+        let (nodes, key, fence_key) = (&nodes, &key, &fence_key);
+        async move { nodes.get(2, fence_key).await.is_some() && nodes.get(2, key).await.is_none() }
+    })
+    .await;
+
+    // Fence counters that are not numbers on nodes 1 and 2.
+    let key = locker.key_of("badfence");
+    let fence_key = format!("{key}:fence");
+    for i in [1, 2] {
+        let () = nodes
+            .query(i, redis::cmd("SET").arg(&fence_key).arg("not a number"))
+            .await;
+    }
+    let err = locker.acquire("badfence", &opts(5_000)).await.unwrap_err();
+    let LockError::QuorumUnavailable { failures, .. } = &err else {
+        panic!("expected QuorumUnavailable: {err}");
+    };
+    assert_eq!(failed_nodes(&nodes, failures), [1, 2], "{err}");
+    assert!(
+        failures
+            .iter()
+            .all(|(_, why)| why.contains("not an integer counter")),
+        "{err}"
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            nodes.get(i, &fence_key).await.as_deref(),
+            Some("not a number"),
+            "node {i}"
+        );
+    }
+    eventually(ms(500), "no key of ours left on any node", || {
+        let (nodes, key) = (&nodes, &key);
+        async move { nodes.holders(key).await.is_empty() }
+    })
+    .await;
+
+    // On a minority (a list on node 0 only), the other two grant the lock.
+    let key = locker.key_of("minority");
+    let _: i64 = nodes.query(0, &list(&key)).await;
+    let lease = locker.acquire("minority", &opts(5_000)).await.unwrap();
+    assert!(lease.fence() > 0);
+    assert_eq!(nodes.holders(&key).await, [0, 1, 2]);
+    assert_eq!(
+        nodes.query::<i64>(0, &len(&key)).await,
+        2,
+        "node 0: list touched"
+    );
+    lease.release().await.unwrap();
+    assert_eq!(nodes.holders(&key).await, [0], "only the list is left");
+}

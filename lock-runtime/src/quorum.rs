@@ -347,6 +347,7 @@ impl Quorum {
                     fence_quantum: quantum,
                     fence_retention_ms: retention,
                     limit,
+                    queue: true,
                 };
                 let reply = node.acquire(keys, &request).await;
                 (vec![Some(reply)], Fanout::none())
@@ -366,6 +367,7 @@ impl Quorum {
                             fence_quantum: quantum,
                             fence_retention_ms: retention,
                             limit,
+                            queue: false,
                         };
                         node.acquire(&keys, &request).await
                     }

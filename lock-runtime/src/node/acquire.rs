@@ -24,6 +24,9 @@ pub(crate) struct AcquireRequest<'a> {
     pub fence_retention_ms: u64,
     /// Bound on the reply.
     pub limit: Duration,
+    /// Whether this server keeps the lock's waiter queue: false on a Redlock node, where nobody
+    /// queues (then the attempt sends the leaner `ACQUIRE_UNQUEUED`).
+    pub queue: bool,
 }
 
 /// The reply of the uncontended path.
@@ -76,11 +79,26 @@ impl Node {
         req: &AcquireRequest<'_>,
     ) -> RedisResult<AcquireReply> {
         let key = &keys.key;
-        let mut cmd = evalsha(&scripts::ACQUIRE, 4, 13, 4 * key.len() + 220);
-        cmd.arg(key)
-            .arg(keys.fence())
-            .arg(keys.queue())
-            .arg(keys.queue_states());
+        let unqueued = !req.queue && req.waiter.is_none();
+        let script = if unqueued {
+            &scripts::ACQUIRE_UNQUEUED
+        } else {
+            &scripts::ACQUIRE
+        };
+        let mut cmd = evalsha(
+            script,
+            if unqueued { 2 } else { 4 },
+            13,
+            4 * key.len() + 220,
+        );
+        if unqueued {
+            cmd.arg(key).arg(keys.fence());
+        } else {
+            cmd.arg(key)
+                .arg(keys.fence())
+                .arg(keys.queue())
+                .arg(keys.queue_states());
+        }
         // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
         cmd.arg(req.token)
             .arg(req.ttl_ms)
@@ -96,9 +114,8 @@ impl Node {
         }
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
-        let (reply, acked): (Vec<Value>, _) = self
-            .eval(&scripts::ACQUIRE, &cmd, wait.as_ref(), req.limit)
-            .await?;
+        let (reply, acked): (Vec<Value>, _) =
+            self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
         self.rtt.record(sent.elapsed());
         let int = |v: &Value| match v {
             Value::Int(n) => Some(*n),
