@@ -80,24 +80,15 @@ impl Node {
     ) -> RedisResult<AcquireReply> {
         let key = &keys.key;
         let unqueued = !req.queue && req.waiter.is_none();
-        let script = if unqueued {
-            &scripts::ACQUIRE_UNQUEUED
+        let (script, numkeys) = if unqueued {
+            (&scripts::ACQUIRE_UNQUEUED, 2)
         } else {
-            &scripts::ACQUIRE
+            (&scripts::ACQUIRE, 4)
         };
-        let mut cmd = evalsha(
-            script,
-            if unqueued { 2 } else { 4 },
-            13,
-            4 * key.len() + 220,
-        );
-        if unqueued {
-            cmd.arg(key).arg(keys.fence());
-        } else {
-            cmd.arg(key)
-                .arg(keys.fence())
-                .arg(keys.queue())
-                .arg(keys.queue_states());
+        let mut cmd = evalsha(script, numkeys, 13, 4 * key.len() + 220);
+        cmd.arg(key).arg(keys.fence());
+        if !unqueued {
+            cmd.arg(keys.queue()).arg(keys.queue_states());
         }
         // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
         cmd.arg(req.token)
