@@ -47,33 +47,28 @@ async fn raw_cycle(
     samples: &mut Samples,
 ) {
     let token = format!("{seq:022x}");
+    let token = token.as_str();
     let t0 = Instant::now();
-    let taken = join_all(
-        conns
-            .iter()
-            .map(|c| {
-                let mut c = c.clone();
-                let token = &token;
-                async move { raw_take(&mut c, key, token, CYCLE_TTL_MS).await }
-            })
-            .collect(),
-    )
+    let taken = on_every_node(conns, |mut c| async move {
+        raw_take(&mut c, key, token, CYCLE_TTL_MS).await
+    })
     .await;
     let t1 = Instant::now();
     assert!(taken.iter().all(|&t| t), "raw redlock floor: busy");
-    join_all(
-        conns
-            .iter()
-            .map(|c| {
-                let mut c = c.clone();
-                let token = &token;
-                async move { raw_release(&mut c, sha, key, token).await }
-            })
-            .collect(),
-    )
+    on_every_node(conns, |mut c| async move {
+        raw_release(&mut c, sha, key, token).await
+    })
     .await;
     samples.0.push(t1 - t0);
     samples.1.push(t0.elapsed());
+}
+
+/// `request` on every node's connection at once (a clone of each); the replies in node order.
+async fn on_every_node<F: Future>(
+    conns: &[MultiplexedConnection],
+    request: impl Fn(MultiplexedConnection) -> F,
+) -> Vec<F::Output> {
+    join_all(conns.iter().map(|c| request(c.clone())).collect()).await
 }
 
 /// One round: a single task runs `RUN_OF` cycles of every kind (the engine and the raw floor on
