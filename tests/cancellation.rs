@@ -197,7 +197,13 @@ async fn s10_callers_dropped_anywhere_leave_no_key_behind() {
         samples += 1;
         let mut current = HashSet::new();
         for value in values.into_iter().flatten() {
-            if live.contains(&value) {
+            // A waiter queued behind a holder marks its value in place (`;w=0` becomes `;w=1`):
+            // still the holder's.
+            let holder = match value.strip_suffix(";w=1") {
+                Some(unmarked) => format!("{unmarked};w=0"),
+                None => value.clone(),
+            };
+            if live.contains(&holder) {
                 continue;
             }
             let since = *orphans.entry(value.clone()).or_insert_with(|| {

@@ -60,14 +60,27 @@ impl QueuePlace {
 
     /// Leaves the queue now (the wait ran out), passing on a lock granted to it meanwhile.
     pub(crate) async fn leave(mut self) {
-        if self.queued {
-            self.queued = false;
-            let last = self.last.take().map(|(token, _)| token);
-            let _ = self
-                .node
-                .leave_queue(&self.keys, &self.waiter.id, last.as_deref())
-                .await;
+        if let Some(leaving) = self.leaving() {
+            leaving.await;
         }
+    }
+
+    /// Taking this place out of the queue, if it may be in it: also passes on a lock granted to
+    /// its last attempt, or to the one before (the last may never have been sent).
+    fn leaving(&mut self) -> Option<impl Future<Output = ()> + use<>> {
+        if !std::mem::take(&mut self.queued) {
+            return None;
+        }
+        let (node, keys) = (Arc::clone(&self.node), self.keys.clone());
+        let waiter = std::mem::take(&mut self.waiter.id);
+        let previous = std::mem::take(&mut self.waiter.previous);
+        let last = self.last.take().map(|(token, _)| token);
+        Some(async move {
+            let previous = Some(previous.as_str()).filter(|p| !p.is_empty());
+            let _ = node
+                .leave_queue(&keys, &waiter, [last.as_deref(), previous])
+                .await;
+        })
     }
 
     /// Taken: the acquire script already removed us.
@@ -78,19 +91,10 @@ impl QueuePlace {
 
 impl Drop for QueuePlace {
     fn drop(&mut self) {
-        if !self.queued {
-            return;
-        }
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let (node, keys, waiter, last) = (
-                Arc::clone(&self.node),
-                self.keys.clone(),
-                std::mem::take(&mut self.waiter.id),
-                self.last.take().map(|(token, _)| token),
-            );
-            handle.spawn(async move {
-                let _ = node.leave_queue(&keys, &waiter, last.as_deref()).await;
-            });
+        if let Ok(handle) = tokio::runtime::Handle::try_current()
+            && let Some(leaving) = self.leaving()
+        {
+            handle.spawn(leaving);
         }
     }
 }
@@ -171,5 +175,108 @@ impl StaleHeads {
         if seen.is_empty() {
             self.any.store(false, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::QueuePlace;
+    use crate::connect::Settings;
+    use crate::keys::Keys;
+    use crate::node::{AcquireReply, AcquireRequest, Node, Release, Waiter};
+    use crate::testing::RedisServer;
+
+    async fn attempt(
+        node: &Node,
+        keys: &Keys,
+        token: &str,
+        waiter: Option<&Waiter>,
+    ) -> AcquireReply {
+        let req = AcquireRequest {
+            token,
+            ttl_ms: 60_000,
+            waiter,
+            evict: None,
+            fence_quantum: 1,
+            fence_retention_ms: 0,
+            limit: Duration::from_secs(2),
+            queue: true,
+        };
+        node.acquire(keys, &req).await.unwrap()
+    }
+
+    /// Regression (fault suite, scenario 10): a waiter cut off just as its next attempt began
+    /// (redis-rs then never sends that request) held a lock granted to its previous attempt for
+    /// its whole grace, because leaving the queue released only the newest attempt's token.
+    #[tokio::test]
+    async fn a_cancelled_waiter_passes_on_a_lock_granted_to_an_earlier_attempt() {
+        let server = RedisServer::start();
+        let settings = Settings {
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        };
+        let node = Arc::new(Node::direct(&server.url(), settings, None, 0).unwrap());
+        let keys = Keys::new("lock:{q}".to_owned());
+        let suffix = crate::holder::suffix(None);
+        let holder = crate::holder::value(&suffix);
+        assert!(matches!(
+            attempt(&node, &keys, &holder, None).await,
+            AcquireReply::Taken { .. }
+        ));
+        let mut place = QueuePlace::new(&node, &keys, &format!("{suffix};grants=00"));
+        // A long grace: a grant left behind would stay for a minute, not expire under the test.
+        place.waiter.grace = Duration::from_secs(60);
+        let first = crate::holder::value(&suffix);
+        let waiter = place.join(&first).clone();
+        assert!(matches!(
+            attempt(&node, &keys, &first, Some(&waiter)).await,
+            AcquireReply::Busy { .. }
+        ));
+        // The next attempt is made but never reaches the server.
+        let _ = place.join(&crate::holder::value(&suffix));
+        assert!(
+            node.release(&keys.key, &holder, &Release::UNDO)
+                .await
+                .unwrap()
+        );
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&keys.key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some(first.as_str()),
+            "granted to the attempt that arrived"
+        );
+        // The waiter's future is dropped: its place leaves in the background.
+        drop(place);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let value: Option<String> = redis::cmd("GET")
+                .arg(&keys.key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if value.is_none() {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the lock granted to the cancelled waiter is still held: {value:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let queued: usize = redis::cmd("ZCARD")
+            .arg(keys.queue())
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        assert_eq!(queued, 0);
     }
 }

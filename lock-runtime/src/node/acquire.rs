@@ -152,14 +152,7 @@ impl Node {
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
     /// a failover could lose it and let a second holder in.
     async fn undo_unreplicated(&self, key: &str, token: &str) {
-        let how = Release {
-            keep_ms: 0,
-            always_publish: false,
-            record_fence: 0,
-            fence_retention_ms: 0,
-            look_at_queue: true,
-        };
-        if let Err(e) = self.release(key, token, &how).await {
+        if let Err(e) = self.release(key, token, &Release::UNDO).await {
             tracing::debug!(node = %self.addr, key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
         }
     }

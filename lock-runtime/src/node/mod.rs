@@ -62,6 +62,18 @@ pub(crate) struct Release {
     pub look_at_queue: bool,
 }
 
+impl Release {
+    /// An undo, or a waiter passing on a lock granted to it: deletes the key, or grants it to
+    /// the first waiter, whether or not the value carries the waiters' mark.
+    pub(crate) const UNDO: Release = Release {
+        keep_ms: 0,
+        always_publish: false,
+        record_fence: 0,
+        fence_retention_ms: 0,
+        look_at_queue: true,
+    };
+}
+
 /// One logical server. `link` carries commands; `notifications` carries release messages on a
 /// RESP3 connection of its own.
 pub(crate) struct Node {
@@ -316,12 +328,18 @@ impl Node {
     }
 
     /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
-    /// that was granted to its last attempt's token `last`, or handed to it the old way.
+    /// that was granted to one of its `attempts` (their tokens, newest first), or handed to it
+    /// the old way.
+    ///
+    /// A release grants the lock to the last attempt that reached the server, which need not be
+    /// the newest one made: redis-rs never sends a request whose caller was dropped before it
+    /// went out (a wait cut off just as its next attempt began). A lock left granted to the
+    /// attempt before would stay held for the waiter's whole grace.
     pub(crate) async fn leave_queue(
         &self,
         keys: &Keys,
         waiter: &str,
-        last: Option<&str>,
+        attempts: [Option<&str>; 2],
     ) -> RedisResult<()> {
         let mut conn = self.conn().await?;
         let mut pipe = redis::pipe();
@@ -335,21 +353,17 @@ impl Node {
             pipe.query_async::<()>(&mut conn),
         )
         .await?;
-        // A lock granted or handed to this waiter meanwhile goes on to the next one (or is freed).
-        let how = Release {
-            keep_ms: 0,
-            always_publish: false,
-            record_fence: 0,
-            fence_retention_ms: 0,
-            look_at_queue: true,
-        };
-        if let Some(token) = last
-            && self.release(&keys.key, token, &how).await?
-        {
-            return Ok(());
+        // Out of the queue: nothing is granted to this waiter from now on. A lock granted or
+        // handed to it meanwhile goes on to the next one (or is freed).
+        for token in attempts.into_iter().flatten() {
+            if self.release(&keys.key, token, &Release::UNDO).await? {
+                return Ok(());
+            }
         }
         let handed = format!("~{waiter}");
-        self.release(&keys.key, &handed, &how).await.map(|_| ())
+        self.release(&keys.key, &handed, &Release::UNDO)
+            .await
+            .map(|_| ())
     }
 
     /// Whether an acquire here waits for replicas' acknowledgements (then a lock granted by a
