@@ -36,6 +36,10 @@
 //! of the whole machine (another process, a noisy neighbour) then hits both sides of a ratio
 //! alike. CPU time per cycle (client threads and server process, from /proc schedstat; for row
 //! 1, from its separate slices) is reported too: it does not depend on that noise.
+//!
+//! To profile one kind of cycle (with `perf`, `strace -c` or `valgrind --tool=callgrind`),
+//! `BENCH_SPIN=floor` (or `rslock`, `acquire`, `attr`) runs only that cycle, in a loop, for
+//! `BENCH_SECS` seconds, and prints its rate.
 
 mod alloc;
 mod cluster;
@@ -93,6 +97,10 @@ fn main() {
     let mut report = Report::default();
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |row: char| only.is_empty() || only.contains(row);
+    if let Ok(kind) = std::env::var("BENCH_SPIN") {
+        runtime.block_on(spin(&kind, secs));
+        return;
+    }
     runtime.block_on(async {
         if wanted('1') || wanted('2') {
             uncontended(&cfg, &mut report).await;
@@ -131,4 +139,32 @@ pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+/// `BENCH_SPIN`: one kind of cycle in a loop for `secs` seconds, on a private server, for a
+/// profiler to look at.
+async fn spin(kind: &str, secs: f64) {
+    use cycle::{Cycle, Target, cycle_name, one_cycle};
+    let kind = match kind {
+        "floor" => Cycle::Floor,
+        "rslock" => Cycle::Rslock,
+        "acquire" => Cycle::Acquire,
+        "attr" => Cycle::Attr,
+        other => panic!("BENCH_SPIN={other}: give floor, rslock, acquire or attr"),
+    };
+    let server = lock_runtime::testing::RedisServer::start();
+    let t = Target::connect(&server.url(), server.pid()).await;
+    let mut raw = t.raw.clone();
+    let name = cycle_name(kind, 0);
+    let key = t.locker.key_of(&name);
+    let began = std::time::Instant::now();
+    let mut cycles = 0u64;
+    while began.elapsed().as_secs_f64() < secs {
+        for _ in 0..100 {
+            one_cycle(&t, &mut raw, kind, &name, &key, cycles).await;
+            cycles += 1;
+        }
+    }
+    let rate = cycles as f64 / began.elapsed().as_secs_f64();
+    println!("{kind:?}: {rate:.0} cycles/s over {cycles} cycles");
 }

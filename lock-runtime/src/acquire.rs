@@ -146,12 +146,15 @@ impl Acquirer {
             let sent = first_sent.take().unwrap_or_else(Instant::now);
             // Awaited where it is made: bound to a local first, the attempt's future would be
             // kept twice in this one.
-            let outcome = match tokio::time::timeout_at(
-                sent + bound,
-                self.attempt(&mut name, &keys, token, waiter, opts, sent),
-            )
-            .await
-            .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
+            let outcome = match self
+                .quorum
+                .deadlines()
+                .bound(
+                    sent + bound,
+                    self.attempt(&mut name, &keys, token, waiter, opts, sent),
+                )
+                .await
+                .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
             {
                 Ok(outcome) => outcome,
                 // No majority this time, or the one server failed: within `wait`, try again

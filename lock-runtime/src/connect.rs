@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManagerConfig;
 use redis::{Client, RedisResult};
+use tokio::time::Instant;
+
+use crate::deadlines::{Bound, Deadlines};
 
 /// Connection settings shared by every server of a locker.
 #[derive(Debug, Clone, Copy)]
@@ -33,28 +36,43 @@ pub(crate) fn manager_config(settings: Settings) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
-/// Bounds a request by `limit`; a timeout becomes an I/O timeout error.
+/// Bounds a request by `limit` with a runtime timer of its own (the rare requests: connecting,
+/// subscribing, renewing); a timeout becomes an I/O timeout error.
 pub(crate) fn bounded<T, F: Future<Output = RedisResult<T>>>(
     limit: Duration,
     request: F,
-) -> Bounded<F> {
+) -> Bounded<tokio::time::Timeout<F>> {
     Bounded {
         request: tokio::time::timeout(limit, request),
         limit,
     }
 }
 
+/// Bounds a request by `limit` in the locker's schedule of bounds (the requests of every call:
+/// see `deadlines`); a timeout becomes an I/O timeout error.
+pub(crate) fn bounded_in<T, F: Future<Output = RedisResult<T>>>(
+    deadlines: &Deadlines,
+    limit: Duration,
+    request: F,
+) -> Bounded<Bound<'_, F>> {
+    Bounded {
+        request: deadlines.bound(Instant::now() + limit, request),
+        limit,
+    }
+}
+
 pin_project_lite::pin_project! {
-    /// A request bounded by a time limit (see [`bounded`]). A future of its own, not an `async
-    /// fn`: one that takes a future keeps it twice, and this one is in every request.
-    pub(crate) struct Bounded<F> {
+    /// A request bounded by a time limit (see [`bounded`] and [`bounded_in`]). A future of its
+    /// own, not an `async fn`: one that takes a future keeps it twice, and this one is in every
+    /// request.
+    pub(crate) struct Bounded<R> {
         #[pin]
-        request: tokio::time::Timeout<F>,
+        request: R,
         limit: Duration,
     }
 }
 
-impl<T, F: Future<Output = RedisResult<T>>> Future for Bounded<F> {
+impl<T, E, R: Future<Output = Result<RedisResult<T>, E>>> Future for Bounded<R> {
     type Output = RedisResult<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

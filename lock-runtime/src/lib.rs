@@ -27,7 +27,8 @@
 
 // The engine's layers, from the leaves up; each imports only from the layers above it in this
 // list (tests/layering.rs checks that there is no cycle):
-// - leaves: error, options, keys, scripts, output, connect, fanout, random, slot, observe
+// - leaves: error, options, keys, scripts, output, deadlines, connect, fanout, random, slot,
+//   observe
 // - how requests reach one logical server: cluster (Redis Cluster), sentinel (the primary
 //   Sentinel names), link (either, or a direct connection)
 // - one logical server: pubsub (its release notifications), node (its scripts and commands)
@@ -39,6 +40,7 @@ mod acquire;
 mod builder;
 mod cluster;
 mod connect;
+mod deadlines;
 mod default_locker;
 mod error;
 mod fanout;

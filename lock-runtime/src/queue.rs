@@ -218,7 +218,8 @@ mod tests {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
         };
-        let node = Arc::new(Node::direct(&server.url(), settings, None, 0).unwrap());
+        let node =
+            Arc::new(Node::direct(&server.url(), settings, None, 0, Default::default()).unwrap());
         let keys = Keys::new("lock:{q}".to_owned());
         let suffix = crate::holder::suffix(None);
         let holder = crate::holder::value(&suffix);

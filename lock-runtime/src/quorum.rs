@@ -11,6 +11,7 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::time::Instant;
 
+use crate::deadlines::Deadlines;
 use crate::fanout::Fanout;
 use crate::keys::Keys;
 use crate::node::{
@@ -114,6 +115,11 @@ impl Quorum {
             needed,
             fence_retention_ms,
         }
+    }
+
+    /// The locker's schedule of request bounds (its nodes share one).
+    pub(crate) fn deadlines(&self) -> &Deadlines {
+        self.nodes[0].deadlines()
     }
 
     /// A release that only undoes (or keeps for `keep_ms`): no fence to record.

@@ -9,6 +9,7 @@ pub use env::ENV_VARS;
 
 use crate::acquire::Acquirer;
 use crate::connect::Settings;
+use crate::deadlines::Deadlines;
 use crate::keys::KeyFormat;
 use crate::node::Node;
 use crate::quorum::Quorum;
@@ -227,6 +228,8 @@ impl LockerBuilder {
         check_format(cluster, self.key_format)?;
         let tls = self.tls_root_cert.as_deref();
         let (settings, replicas) = (self.settings, self.replicas);
+        // One schedule of request bounds for the locker (see `deadlines`).
+        let deadlines = Arc::new(Deadlines::default());
         let nodes = match &self.deployment {
             Deployment::Servers(urls) if urls.is_empty() => {
                 return Err(LockError::config(
@@ -236,7 +239,9 @@ impl LockerBuilder {
             }
             Deployment::Servers(urls) => urls
                 .iter()
-                .map(|u| Node::direct(u, settings, tls, replicas).map(Arc::new))
+                .map(|u| {
+                    Node::direct(u, settings, tls, replicas, Arc::clone(&deadlines)).map(Arc::new)
+                })
                 .collect::<Result<Vec<_>, _>>()?,
             Deployment::Cluster(urls) if urls.is_empty() => {
                 return Err(LockError::config(
@@ -245,7 +250,9 @@ impl LockerBuilder {
                 ));
             }
             Deployment::Cluster(urls) => {
-                vec![Arc::new(Node::cluster(urls, settings, tls, replicas)?)]
+                vec![Arc::new(Node::cluster(
+                    urls, settings, tls, replicas, deadlines,
+                )?)]
             }
             Deployment::Sentinel { urls, .. } if urls.is_empty() => {
                 return Err(LockError::config(
@@ -254,7 +261,9 @@ impl LockerBuilder {
                 ));
             }
             Deployment::Sentinel { urls, master } => {
-                vec![Arc::new(Node::sentinel(urls, master, settings, replicas)?)]
+                vec![Arc::new(Node::sentinel(
+                    urls, master, settings, replicas, deadlines,
+                )?)]
             }
         };
         let retention_ms = self

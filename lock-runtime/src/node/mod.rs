@@ -12,7 +12,10 @@ use redis::{
 
 use crate::LockError;
 use crate::cluster::ClusterLink;
-use crate::connect::{Bounded, RoundTrip, Settings, bounded, command_config, open_client, redact};
+use crate::connect::{
+    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client, redact,
+};
+use crate::deadlines::{Bound, Deadlines};
 use crate::keys::Keys;
 use crate::link::{Conn, Link, Observed};
 use crate::pubsub::{Notifications, Source, Subscription, Wake};
@@ -85,6 +88,8 @@ pub(crate) struct Node {
     notifications: Arc<Notifications>,
     /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
     replicas: usize,
+    /// The bounds of this node's requests, in the schedule its locker's nodes share.
+    deadlines: Arc<Deadlines>,
 }
 
 impl Node {
@@ -95,6 +100,7 @@ impl Node {
         settings: Settings,
         tls_root_cert: Option<&[u8]>,
         replicas: usize,
+        deadlines: Arc<Deadlines>,
     ) -> Result<Self, LockError> {
         let bad = |e: redis::RedisError| bad_url(url, &e);
         let info = url.into_connection_info().map_err(bad)?;
@@ -109,6 +115,7 @@ impl Node {
             source,
             settings,
             replicas,
+            deadlines,
         ))
     }
 
@@ -118,6 +125,7 @@ impl Node {
         settings: Settings,
         tls_root_cert: Option<&[u8]>,
         replicas: usize,
+        deadlines: Arc<Deadlines>,
     ) -> Result<Self, LockError> {
         check_urls(urls)?;
         let link = ClusterLink::new(urls, settings, tls_root_cert).map_err(|e| {
@@ -137,6 +145,7 @@ impl Node {
             source,
             settings,
             replicas,
+            deadlines,
         ))
     }
 
@@ -146,6 +155,7 @@ impl Node {
         master: &str,
         settings: Settings,
         replicas: usize,
+        deadlines: Arc<Deadlines>,
     ) -> Result<Self, LockError> {
         check_urls(urls)?;
         let link = Arc::new(
@@ -159,6 +169,7 @@ impl Node {
             Source::Pending,
             settings,
             replicas,
+            deadlines,
         );
         // Release notifications follow the primary too.
         let notifications = Arc::downgrade(&node.notifications);
@@ -181,6 +192,7 @@ impl Node {
         source: Source,
         settings: Settings,
         replicas: usize,
+        deadlines: Arc<Deadlines>,
     ) -> Self {
         let rtt = Arc::new(RoundTrip::default());
         let notifications = Arc::new(Notifications::new(
@@ -196,7 +208,13 @@ impl Node {
             rtt,
             notifications,
             replicas,
+            deadlines,
         }
+    }
+
+    /// The schedule of request bounds this node shares with its locker's other nodes.
+    pub(crate) fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
     }
 
     /// `host:port` (or the deployment's description), without credentials.
@@ -263,8 +281,9 @@ impl Node {
         &self,
         limit: Duration,
         request: F,
-    ) -> Observed<'_, Bounded<F>> {
-        self.link.observed(bounded(limit, request))
+    ) -> Observed<'_, Bounded<Bound<'_, F>>> {
+        self.link
+            .observed(bounded_in(&self.deadlines, limit, request))
     }
 
     /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
