@@ -8,16 +8,13 @@
 //! gone, the next request's timer is the soonest again and wakes it again. The benchmark's
 //! uncontended cycle paid 0.8 such wake-ups per cycle.
 //!
-//! Here the bounds wait in one ordered schedule, watched by one task. A request registers with
-//! one lock and one map insert, and wakes the task only when it is due before the task next
-//! looks. The task's planned look is never moved later when a bound leaves, so in a steady
+//! Here the bounds wait in one schedule, watched by one task. A request registers with one
+//! lock and a few stores, and wakes the task only when it is due before the task next looks. The task's planned look is never moved later when a bound leaves, so in a steady
 //! stream of requests (each due one response timeout after it was sent) no registration wakes
 //! it: it wakes about once per response timeout, finds the soonest bound, and sleeps until it.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -39,28 +36,48 @@ pub(crate) struct Deadlines {
 struct Shared {
     state: Mutex<State>,
     wake: Notify,
-    /// `State::epoch`, readable without the lock.
-    epoch: AtomicU64,
 }
 
+/// The waiting requests, in slots that are reused (most calls leave before their bound, and
+/// the task looks rarely): a registration and a removal are a few stores each, and the task's
+/// look goes over every slot.
 #[derive(Default)]
 struct State {
-    /// Waiting requests by deadline (the id breaks ties).
-    due: BTreeMap<(Instant, u64), Waker>,
-    next_id: u64,
+    slots: Vec<Slot>,
+    /// Slots without a request, the most recently freed last.
+    free: Vec<usize>,
     running: bool,
     /// When the running task looks at the schedule next by itself; `None` until it has looked
     /// once. A bound due before this wakes it.
     armed: Option<Instant>,
-    /// Counts the tasks that ended with bounds still in the schedule (their runtime shut
-    /// down): those bounds' requests register again, from their own runtime.
-    epoch: u64,
 }
 
-/// A request's place in the schedule.
+struct Slot {
+    deadline: Instant,
+    /// The waiting request's waker; `None` while the slot is free.
+    waker: Option<Waker>,
+    /// Counts the slot's uses, so that a request leaving late cannot free its successor's.
+    generation: u64,
+}
+
+impl State {
+    /// Frees `index` and returns its waker, if generation `generation` still holds it.
+    fn take(&mut self, index: usize, generation: u64) -> Option<Waker> {
+        let slot = self.slots.get_mut(index)?;
+        if slot.generation != generation {
+            return None;
+        }
+        let waker = slot.waker.take()?;
+        slot.generation += 1;
+        self.free.push(index);
+        Some(waker)
+    }
+}
+
+/// A request's slot in the schedule.
 struct Entry {
-    id: u64,
-    epoch: u64,
+    index: usize,
+    generation: u64,
 }
 
 /// The deadline of a [`Bound`] passed before its request finished.
@@ -81,17 +98,37 @@ impl Deadlines {
     /// How many bounds wait in the schedule (for tests: none is left behind).
     #[cfg(test)]
     fn waiting(&self) -> usize {
-        self.shared.state.lock().expect("deadlines lock").due.len()
+        let s = self.shared.state.lock().expect("deadlines lock");
+        s.slots.iter().filter(|slot| slot.waker.is_some()).count()
     }
 }
 
 impl Shared {
     fn insert(self: &Arc<Self>, deadline: Instant, waker: &Waker) -> Entry {
         let mut s = self.state.lock().expect("deadlines lock");
-        s.next_id += 1;
-        let id = s.next_id;
-        s.due.insert((deadline, id), waker.clone());
-        let entry = Entry { id, epoch: s.epoch };
+        let waker = Some(waker.clone());
+        let entry = match s.free.pop() {
+            Some(index) => {
+                let slot = &mut s.slots[index];
+                slot.deadline = deadline;
+                slot.waker = waker;
+                Entry {
+                    index,
+                    generation: slot.generation,
+                }
+            }
+            None => {
+                s.slots.push(Slot {
+                    deadline,
+                    waker,
+                    generation: 0,
+                });
+                Entry {
+                    index: s.slots.len() - 1,
+                    generation: 0,
+                }
+            }
+        };
         if !s.running {
             s.running = true;
             s.armed = None;
@@ -108,26 +145,32 @@ impl Shared {
     }
 
     /// A bound polled again with another waker: the task wakes that one. False when the bound
-    /// is no longer in the schedule.
-    fn rewake(&self, deadline: Instant, id: u64, waker: &Waker) -> bool {
+    /// is no longer in the schedule (the task that watched it ended with its runtime).
+    fn rewake(&self, entry: &Entry, waker: &Waker) -> bool {
         let mut s = self.state.lock().expect("deadlines lock");
-        match s.due.get_mut(&(deadline, id)) {
-            Some(known) => {
+        match s.slots.get_mut(entry.index) {
+            Some(Slot {
+                waker: Some(known),
+                generation,
+                ..
+            }) if *generation == entry.generation => {
                 if !known.will_wake(waker) {
                     known.clone_from(waker);
                 }
                 true
             }
-            None => false,
+            _ => false,
         }
     }
 
-    fn remove(&self, deadline: Instant, id: u64) {
-        self.state
+    fn remove(&self, entry: &Entry) {
+        let waker = self
+            .state
             .lock()
             .expect("deadlines lock")
-            .due
-            .remove(&(deadline, id));
+            .take(entry.index, entry.generation);
+        // Dropped outside the lock.
+        drop(waker);
     }
 }
 
@@ -146,7 +189,7 @@ pin_project_lite::pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if let Some(entry) = this.entry.take() {
-                this.deadlines.shared.remove(*this.deadline, entry.id);
+                this.deadlines.shared.remove(&entry);
             }
         }
     }
@@ -162,7 +205,7 @@ impl<F: Future> Future for Bound<'_, F> {
         if let Poll::Ready(out) = this.request.poll(cx) {
             // Out of the schedule now, not when dropped: it may be kept a while.
             if let Some(entry) = this.entry.take() {
-                shared.remove(deadline, entry.id);
+                shared.remove(&entry);
             }
             return Poll::Ready(Ok(out));
         }
@@ -172,12 +215,11 @@ impl<F: Future> Future for Bound<'_, F> {
             None => *this.entry = Some(shared.insert(deadline, cx.waker())),
             Some(entry) => {
                 if Instant::now() >= deadline {
-                    shared.remove(deadline, entry.id);
+                    shared.remove(entry);
                     *this.entry = None;
                     return Poll::Ready(Err(Elapsed));
                 }
-                let current = entry.epoch == shared.epoch.load(Ordering::Acquire);
-                if !current || !shared.rewake(deadline, entry.id, cx.waker()) {
+                if !shared.rewake(entry, cx.waker()) {
                     *this.entry = Some(shared.insert(deadline, cx.waker()));
                 }
             }
@@ -203,11 +245,14 @@ impl Drop for Running {
         };
         s.running = false;
         s.armed = None;
-        s.epoch += 1;
-        self.shared.epoch.store(s.epoch, Ordering::Release);
-        let left = std::mem::take(&mut s.due);
+        let left: Vec<Waker> = (0..s.slots.len())
+            .filter_map(|index| {
+                let generation = s.slots[index].generation;
+                s.take(index, generation)
+            })
+            .collect();
         drop(s);
-        left.into_values().for_each(Waker::wake);
+        left.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -220,14 +265,21 @@ async fn watch(mut running: Running) {
         let mut fired = Vec::new();
         let look_at = {
             let mut s = shared.state.lock().expect("deadlines lock");
-            while let Some(first) = s.due.first_entry() {
-                if first.key().0 > now {
-                    break;
+            let mut soonest: Option<Instant> = None;
+            for index in 0..s.slots.len() {
+                let slot = &s.slots[index];
+                if slot.waker.is_none() {
+                    continue;
                 }
-                fired.push(first.remove());
+                if slot.deadline <= now {
+                    let generation = slot.generation;
+                    fired.extend(s.take(index, generation));
+                } else if soonest.is_none_or(|at| slot.deadline < at) {
+                    soonest = Some(slot.deadline);
+                }
             }
-            let look_at = match s.due.keys().next() {
-                Some(&(at, _)) => {
+            let look_at = match soonest {
+                Some(at) => {
                     idle_since = None;
                     Some(at)
                 }
@@ -282,6 +334,29 @@ mod tests {
         assert_eq!(deadlines.waiting(), 1);
         tx.send(7).unwrap();
         assert_eq!(waiting.await.unwrap().unwrap(), 7);
+        assert_eq!(deadlines.waiting(), 0);
+    }
+
+    /// A request whose bound fired frees its slot; the next request reuses it, and the first
+    /// one leaving afterwards must not take the slot from it.
+    #[tokio::test]
+    async fn a_reused_slot_stays_with_its_new_request() {
+        let deadlines = Deadlines::default();
+        let shared = &deadlines.shared;
+        let at = Instant::now() + Duration::from_secs(60);
+        let first = shared.insert(at, Waker::noop());
+        // As the task does when the bound passes.
+        let fired = {
+            let mut s = shared.state.lock().unwrap();
+            s.take(first.index, first.generation)
+        };
+        assert!(fired.is_some());
+        let second = shared.insert(at, Waker::noop());
+        assert_eq!(second.index, first.index);
+        shared.remove(&first);
+        assert_eq!(deadlines.waiting(), 1);
+        assert!(shared.rewake(&second, Waker::noop()));
+        shared.remove(&second);
         assert_eq!(deadlines.waiting(), 0);
     }
 
