@@ -2,7 +2,7 @@
 //!
 //! Every request is bounded: a server that accepts connections but never answers must not
 //! stretch a call. With a tokio timer per request, the engine's uncontended cycle woke the
-//! runtime's I/O driver 0.8 times more per cycle than the floor's (strace: `eventfd` writes and
+//! runtime's I/O driver 0.7 times more per cycle than the floor's (strace: `eventfd` writes and
 //! `epoll_wait` returns; a build without the bounds did not): tokio 1.54 wakes the driver
 //! whenever a new timer is due sooner than the wake it planned at its last park, and it plans
 //! that wake from the timers left then.
