@@ -28,8 +28,8 @@ use tokio::time::Instant;
 /// reuses one task).
 const LINGER: Duration = Duration::from_secs(1);
 
-/// The schedule of one locker's request bounds (its nodes share one).
-#[derive(Default)]
+/// The schedule of one locker's request bounds; its nodes share one (each holds a clone).
+#[derive(Default, Clone)]
 pub(crate) struct Deadlines {
     shared: Arc<Shared>,
 }
@@ -63,16 +63,20 @@ struct Slot {
 }
 
 impl State {
+    /// Slot `index`, if generation `generation` of it still holds a request.
+    fn held(&mut self, index: usize, generation: u64) -> Option<&mut Slot> {
+        self.slots
+            .get_mut(index)
+            .filter(|slot| slot.generation == generation && slot.waker.is_some())
+    }
+
     /// Frees `index` and returns its waker, if generation `generation` still holds it.
     fn take(&mut self, index: usize, generation: u64) -> Option<Waker> {
-        let slot = self.slots.get_mut(index)?;
-        if slot.generation != generation {
-            return None;
-        }
-        let waker = slot.waker.take()?;
+        let slot = self.held(index, generation)?;
         slot.generation += 1;
+        let waker = slot.waker.take();
         self.free.push(index);
-        Some(waker)
+        waker
     }
 }
 
@@ -150,19 +154,16 @@ impl Shared {
     /// is no longer in the schedule (the task that watched it ended with its runtime).
     fn rewake(&self, entry: &Entry, waker: &Waker) -> bool {
         let mut s = self.state.lock().expect("deadlines lock");
-        match s.slots.get_mut(entry.index) {
-            Some(Slot {
-                waker: Some(known),
-                generation,
-                ..
-            }) if *generation == entry.generation => {
-                if !known.will_wake(waker) {
-                    known.clone_from(waker);
-                }
-                true
-            }
-            _ => false,
+        let Some(known) = s
+            .held(entry.index, entry.generation)
+            .and_then(|slot| slot.waker.as_mut())
+        else {
+            return false;
+        };
+        if !known.will_wake(waker) {
+            known.clone_from(waker);
         }
+        true
     }
 
     fn remove(&self, entry: &Entry) {
@@ -318,7 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_that_never_finishes_ends_at_its_deadline() {
-        let deadlines = Arc::new(Deadlines::default());
+        let deadlines = Deadlines::default();
         ends_at_its_deadline(&deadlines).await;
         assert_eq!(deadlines.waiting(), 0);
     }
@@ -336,6 +337,12 @@ mod tests {
         assert_eq!(deadlines.waiting(), 1);
         tx.send(7).unwrap();
         assert_eq!(waiting.await.unwrap().unwrap(), 7);
+        assert_eq!(deadlines.waiting(), 0);
+        // Dropped while it waits (a cancelled call): out of the schedule too.
+        let mut dropped = Box::pin(deadlines.bound(far, std::future::pending::<()>()));
+        assert!(futures_poll_once(dropped.as_mut()).await.is_none());
+        assert_eq!(deadlines.waiting(), 1);
+        drop(dropped);
         assert_eq!(deadlines.waiting(), 0);
     }
 
@@ -365,7 +372,7 @@ mod tests {
     /// A bound due sooner than every other wakes the task: it is not kept to the later one.
     #[tokio::test]
     async fn a_sooner_bound_is_not_held_up_by_a_later_one() {
-        let deadlines = Arc::new(Deadlines::default());
+        let deadlines = Deadlines::default();
         let later = deadlines.bound(
             Instant::now() + Duration::from_secs(30),
             std::future::pending::<()>(),
@@ -380,8 +387,8 @@ mod tests {
     /// A request that never finishes, bounded `SHORT` from now, ends then. In a task of its own:
     /// only the schedule's wake-up can finish it (a timeout around the bound itself would poll
     /// it at its own expiry and see the deadline passed).
-    async fn ends_at_its_deadline(deadlines: &Arc<Deadlines>) {
-        let theirs = Arc::clone(deadlines);
+    async fn ends_at_its_deadline(deadlines: &Deadlines) {
+        let theirs = deadlines.clone();
         let begun = Instant::now();
         let request = tokio::spawn(async move {
             theirs
@@ -399,7 +406,7 @@ mod tests {
     /// register again from their own.
     #[test]
     fn bounds_outlive_the_runtime_whose_task_watched_them() {
-        let deadlines = Arc::new(Deadlines::default());
+        let deadlines = Deadlines::default();
         let first = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
@@ -418,7 +425,7 @@ mod tests {
             tokio::pin!(far);
             assert!(futures_poll_once(far.as_mut()).await.is_none());
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let theirs = Arc::clone(&deadlines);
+            let theirs = deadlines.clone();
             second.spawn(async move {
                 let begun = Instant::now();
                 let limit = Duration::from_millis(300);

@@ -229,7 +229,7 @@ impl LockerBuilder {
         let tls = self.tls_root_cert.as_deref();
         let (settings, replicas) = (self.settings, self.replicas);
         // One schedule of request bounds for the locker (see `deadlines`).
-        let deadlines = Arc::new(Deadlines::default());
+        let deadlines = Deadlines::default();
         let nodes = match &self.deployment {
             Deployment::Servers(urls) if urls.is_empty() => {
                 return Err(LockError::config(
@@ -239,9 +239,7 @@ impl LockerBuilder {
             }
             Deployment::Servers(urls) => urls
                 .iter()
-                .map(|u| {
-                    Node::direct(u, settings, tls, replicas, Arc::clone(&deadlines)).map(Arc::new)
-                })
+                .map(|u| Node::direct(u, settings, tls, replicas, deadlines.clone()).map(Arc::new))
                 .collect::<Result<Vec<_>, _>>()?,
             Deployment::Cluster(urls) if urls.is_empty() => {
                 return Err(LockError::config(

@@ -89,7 +89,7 @@ pub(crate) struct Node {
     /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
     replicas: usize,
     /// The bounds of this node's requests, in the schedule its locker's nodes share.
-    deadlines: Arc<Deadlines>,
+    deadlines: Deadlines,
 }
 
 impl Node {
@@ -100,7 +100,7 @@ impl Node {
         settings: Settings,
         tls_root_cert: Option<&[u8]>,
         replicas: usize,
-        deadlines: Arc<Deadlines>,
+        deadlines: Deadlines,
     ) -> Result<Self, LockError> {
         let bad = |e: redis::RedisError| bad_url(url, &e);
         let info = url.into_connection_info().map_err(bad)?;
@@ -125,7 +125,7 @@ impl Node {
         settings: Settings,
         tls_root_cert: Option<&[u8]>,
         replicas: usize,
-        deadlines: Arc<Deadlines>,
+        deadlines: Deadlines,
     ) -> Result<Self, LockError> {
         check_urls(urls)?;
         let link = ClusterLink::new(urls, settings, tls_root_cert).map_err(|e| {
@@ -155,7 +155,7 @@ impl Node {
         master: &str,
         settings: Settings,
         replicas: usize,
-        deadlines: Arc<Deadlines>,
+        deadlines: Deadlines,
     ) -> Result<Self, LockError> {
         check_urls(urls)?;
         let link = Arc::new(
@@ -192,7 +192,7 @@ impl Node {
         source: Source,
         settings: Settings,
         replicas: usize,
-        deadlines: Arc<Deadlines>,
+        deadlines: Deadlines,
     ) -> Self {
         let rtt = Arc::new(RoundTrip::default());
         let notifications = Arc::new(Notifications::new(
