@@ -14,6 +14,10 @@
 //! it wakes about once per response timeout, finds the soonest bound, and sleeps until it.
 //! Bounds of several lengths (an acquire limited by a validity under one response timeout,
 //! next to releases limited by the response timeout) can wake it per request, as timers did.
+//!
+//! The task runs in the runtime of the request that started it. A request polled in another
+//! runtime waits on a timer of its own runtime instead: the task's runtime may be idle (a
+//! current-thread runtime outside `block_on`), and a bound must end whatever other runtimes do.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,8 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// How long the task waits with nothing to watch before it stops (a steady stream of requests
 /// reuses one task).
@@ -52,6 +57,8 @@ struct State {
     /// When the running task looks at the schedule next by itself; `None` until it has looked
     /// once. A bound due before this wakes it.
     armed: Option<Instant>,
+    /// The runtime the task runs in.
+    home: Option<Id>,
 }
 
 struct Slot {
@@ -98,6 +105,7 @@ impl Deadlines {
             deadline,
             deadlines: self,
             entry: None,
+            own: None,
         }
     }
 
@@ -110,8 +118,14 @@ impl Deadlines {
 }
 
 impl Shared {
-    fn insert(self: &Arc<Self>, deadline: Instant, waker: &Waker) -> Entry {
+    /// Puts a request in the schedule; `None` when the task runs in another runtime than this
+    /// request's (the request then keeps a timer of its own).
+    fn insert(self: &Arc<Self>, deadline: Instant, waker: &Waker) -> Option<Entry> {
+        let here = Handle::current();
         let mut s = self.state.lock().expect("deadlines lock");
+        if s.running && s.home != Some(here.id()) {
+            return None;
+        }
         let waker = Some(waker.clone());
         let entry = match s.free.pop() {
             Some(index) => {
@@ -138,8 +152,9 @@ impl Shared {
         if !s.running {
             s.running = true;
             s.armed = None;
+            s.home = Some(here.id());
             drop(s);
-            tokio::spawn(watch(Running {
+            here.spawn(watch(Running {
                 shared: Arc::clone(self),
                 armed: true,
             }));
@@ -147,7 +162,7 @@ impl Shared {
             drop(s);
             self.wake.notify_one();
         }
-        entry
+        Some(entry)
     }
 
     /// A bound polled again with another waker: the task wakes that one. False when the bound
@@ -186,6 +201,8 @@ pin_project_lite::pin_project! {
         deadline: Instant,
         deadlines: &'a Deadlines,
         entry: Option<Entry>,
+        // The timer of a request polled outside the task's runtime.
+        own: Option<Pin<Box<Sleep>>>,
     }
 
     impl<F> PinnedDrop for Bound<'_, F> {
@@ -212,19 +229,34 @@ impl<F: Future> Future for Bound<'_, F> {
             }
             return Poll::Ready(Ok(out));
         }
+        if let Some(own) = this.own {
+            return match own.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(Elapsed)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
         match this.entry {
             // No clock read: a bound due already is due before the task's next look, so the
             // task is woken and fires it at once.
-            None => *this.entry = Some(shared.insert(deadline, cx.waker())),
+            None => *this.entry = shared.insert(deadline, cx.waker()),
             Some(entry) => {
                 if Instant::now() >= deadline {
                     shared.remove(entry);
                     *this.entry = None;
                     return Poll::Ready(Err(Elapsed));
                 }
-                if !shared.rewake(entry, cx.waker()) {
-                    *this.entry = Some(shared.insert(deadline, cx.waker()));
+                if shared.rewake(entry, cx.waker()) {
+                    return Poll::Pending;
                 }
+                *this.entry = shared.insert(deadline, cx.waker());
+            }
+        }
+        if this.entry.is_none() {
+            let own = this
+                .own
+                .insert(Box::pin(tokio::time::sleep_until(deadline)));
+            if own.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Elapsed));
             }
         }
         Poll::Pending
@@ -248,6 +280,7 @@ impl Drop for Running {
         };
         s.running = false;
         s.armed = None;
+        s.home = None;
         let left: Vec<Waker> = (0..s.slots.len())
             .filter_map(|index| {
                 let generation = s.slots[index].generation;
@@ -296,6 +329,7 @@ async fn watch(mut running: Running) {
             s.armed = look_at;
             if look_at.is_none() {
                 s.running = false;
+                s.home = None;
                 running.armed = false;
             }
             look_at
@@ -353,14 +387,14 @@ mod tests {
         let deadlines = Deadlines::default();
         let shared = &deadlines.shared;
         let at = Instant::now() + Duration::from_secs(60);
-        let first = shared.insert(at, Waker::noop());
+        let first = shared.insert(at, Waker::noop()).unwrap();
         // As the task does when the bound passes.
         let fired = {
             let mut s = shared.state.lock().unwrap();
             s.take(first.index, first.generation)
         };
         assert!(fired.is_some());
-        let second = shared.insert(at, Waker::noop());
+        let second = shared.insert(at, Waker::noop()).unwrap();
         assert_eq!(second.index, first.index);
         shared.remove(&first);
         assert_eq!(deadlines.waiting(), 1);
@@ -401,53 +435,100 @@ mod tests {
         assert!(begun.elapsed() >= SHORT);
     }
 
-    /// The task runs in the runtime of the request that started it. When that runtime shuts
-    /// down, the bounds of requests in other runtimes must still end: they are woken and
-    /// register again from their own.
-    #[test]
-    fn bounds_outlive_the_runtime_whose_task_watched_them() {
-        let deadlines = Deadlines::default();
-        let first = tokio::runtime::Builder::new_current_thread()
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
-            .unwrap();
+            .unwrap()
+    }
+
+    /// The task runs in the runtime of the request that started it. A request in another
+    /// runtime must end at its bound while that runtime idles (a current-thread runtime
+    /// outside `block_on` runs nothing), and after it shut down.
+    #[test]
+    fn a_bound_ends_while_the_watching_runtime_idles_or_is_gone() {
+        let deadlines = Deadlines::default();
+        let first = current_thread();
         let second = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_time()
             .build()
             .unwrap();
-        // The task starts in `first`, for a bound far away.
-        let rx = first.block_on(async {
+        // The task starts in `first` and lingers there, never polled again.
+        first.block_on(async {
             let far = deadlines.bound(
                 Instant::now() + Duration::from_secs(60),
                 std::future::pending::<()>(),
             );
             tokio::pin!(far);
             assert!(futures_poll_once(far.as_mut()).await.is_none());
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let theirs = deadlines.clone();
-            second.spawn(async move {
-                let begun = Instant::now();
-                let limit = Duration::from_millis(300);
-                let out = theirs
-                    .bound(begun + limit, std::future::pending::<()>())
-                    .await;
-                tx.send((out.is_err(), begun.elapsed())).unwrap();
-            });
-            // `second`'s bound is in the schedule, watched by `first`'s task.
-            while deadlines.waiting() < 2 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Some(rx)
         });
-        let rx = rx.expect("the reply's receiver");
+        let ends = || {
+            second.block_on(async {
+                let theirs = deadlines.clone();
+                let request = tokio::spawn(async move {
+                    let begun = Instant::now();
+                    let out = theirs
+                        .bound(begun + SHORT, std::future::pending::<()>())
+                        .await;
+                    (out.is_err(), begun.elapsed())
+                });
+                tokio::time::timeout(Duration::from_secs(5), request)
+                    .await
+                    .expect("the bound ended")
+                    .unwrap()
+            })
+        };
+        let (elapsed, took) = ends();
+        assert!(elapsed && took >= SHORT, "{took:?}");
         drop(first);
-        let (elapsed, took) = second
-            .block_on(async { tokio::time::timeout(Duration::from_secs(5), rx).await })
-            .expect("the bound ended")
+        let (elapsed, took) = ends();
+        assert!(elapsed && took >= SHORT, "{took:?}");
+    }
+
+    /// A request registered in the task's runtime and then polled in another (its future moved
+    /// there) still ends after the task's runtime shuts down: the task's end wakes it, and it
+    /// registers again from where it is polled.
+    #[test]
+    fn a_moved_bound_outlives_the_runtime_whose_task_watched_it() {
+        let deadlines = Deadlines::default();
+        let first = current_thread();
+        let second = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_time()
+            .build()
             .unwrap();
-        assert!(elapsed);
-        assert!(took >= Duration::from_millis(300), "{took:?}");
+        let limit = Duration::from_millis(300);
+        let theirs = deadlines.clone();
+        let (mut request, begun) = first.block_on(async move {
+            let begun = Instant::now();
+            let mut request = Box::pin(async move {
+                theirs
+                    .bound(begun + limit, std::future::pending::<()>())
+                    .await
+            });
+            assert!(futures_poll_once(request.as_mut()).await.is_none());
+            (request, begun)
+        });
+        assert_eq!(deadlines.waiting(), 1);
+        let (polled, polled_rx) = std::sync::mpsc::channel();
+        let waiting = second.spawn(async move {
+            // Polled here once while `first`'s task still watches it: it waits on that task.
+            assert!(futures_poll_once(request.as_mut()).await.is_none());
+            polled.send(()).unwrap();
+            // The limit first: at its end the request must not be polled (it would see its
+            // deadline passed without anything having woken it).
+            tokio::select! {
+                biased;
+                () = tokio::time::sleep(Duration::from_secs(5)) => None,
+                out = request => Some(out),
+            }
+        });
+        polled_rx.recv().unwrap();
+        drop(first);
+        let out = second.block_on(waiting).unwrap().expect("the bound ended");
+        assert!(out.is_err());
+        assert!(begun.elapsed() >= limit);
     }
 
     /// Polls `fut` once: its output if ready.

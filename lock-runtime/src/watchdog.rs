@@ -5,12 +5,19 @@
 //! chunks of up to 1,000 keys per script call; every chunk of a round goes out at once, so 10,000
 //! held leases cost a handful of pipelined script calls per period, not 10,000 timers. A lease
 //! holds a [`Renewing`] handle; dropping or stopping it takes the lease out of the schedule.
+//!
+//! The task runs in the runtime of the call that started it. A locker may be used from several
+//! runtimes (a process-wide default locker under `#[tokio::test]`s, each with its own), and the
+//! task's runtime may shut down while other runtimes' leases are held: the task then moves to a
+//! runtime that registered one of them, and the leases a dropped round had taken out of the
+//! schedule go back into it, due at once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -46,6 +53,11 @@ struct Schedule {
     /// When the running task will next look at the schedule by itself; `None` while it is busy.
     /// A new lease due earlier than this wakes it.
     armed: Option<Instant>,
+    /// The runtime the task runs in.
+    home: Option<Id>,
+    /// The other runtimes that registered leases while the task ran: where it moves if its
+    /// own runtime shuts down.
+    others: Vec<Handle>,
 }
 
 impl Schedule {
@@ -112,7 +124,8 @@ impl Drop for Renewing {
     }
 }
 
-/// Clears `running` if the task is dropped early, e.g. when its runtime shuts down.
+/// The running task's claim. If the task is dropped early (its runtime shut down), a new one
+/// starts in another runtime that registered leases, if any is left.
 struct RunningGuard {
     shared: Arc<Shared>,
     armed: bool,
@@ -120,11 +133,59 @@ struct RunningGuard {
 
 impl Drop for RunningGuard {
     fn drop(&mut self) {
-        if self.armed
-            && let Ok(mut s) = self.shared.schedule.lock()
-        {
-            s.running = false;
+        if !self.armed {
+            return;
         }
+        let Ok(mut s) = self.shared.schedule.lock() else {
+            return;
+        };
+        s.running = false;
+        s.armed = None;
+        s.home = None;
+        if std::thread::panicking() || s.at.is_empty() {
+            return;
+        }
+        let Some(next) = s.others.pop() else {
+            return;
+        };
+        s.running = true;
+        s.home = Some(next.id());
+        drop(s);
+        // If `next` has shut down too, the task is dropped at once and its guard tries the
+        // runtime after it.
+        next.spawn(run(RunningGuard {
+            shared: Arc::clone(&self.shared),
+            armed: true,
+        }));
+    }
+}
+
+/// Leases a round took out of the schedule and has not put back yet. If the round is dropped
+/// (its runtime shut down), they go back, due at once.
+struct Outstanding {
+    shared: Arc<Shared>,
+    leases: Vec<(u64, Arc<LeaseState>)>,
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        if self.leases.is_empty() {
+            return;
+        }
+        let Ok(mut s) = self.shared.schedule.lock() else {
+            return;
+        };
+        s.in_flight -= self.leases.len();
+        let now = Instant::now();
+        for (id, lease) in self.leases.drain(..) {
+            if lease.is_ended() {
+                s.at.remove(&id);
+            } else {
+                s.put(id, now, lease);
+            }
+        }
+        drop(s);
+        self.shared.wake.notify_one();
     }
 }
 
@@ -142,6 +203,7 @@ impl Watchdog {
     /// Starts renewing `lease`, first at `when` (one renew period after the acquire was sent;
     /// sooner for a lock granted by a release, which holds the key for a grace only).
     pub(crate) fn register(&self, lease: Arc<LeaseState>, when: Instant) -> Renewing {
+        let here = Handle::current();
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
         s.next_id += 1;
         let id = s.next_id;
@@ -150,16 +212,28 @@ impl Watchdog {
         let earliest = s.armed.is_none_or(|armed| when < armed);
         if !s.running {
             s.running = true;
+            s.home = Some(here.id());
+            s.others.clear();
             drop(s);
             let guard = RunningGuard {
                 shared: Arc::clone(&self.shared),
                 armed: true,
             };
-            tokio::spawn(run(guard));
-        } else if earliest {
+            here.spawn(run(guard));
+            return self.renewing(id);
+        }
+        let id_here = here.id();
+        if s.home != Some(id_here) && s.others.iter().all(|h| h.id() != id_here) {
+            s.others.push(here);
+        }
+        if earliest {
             drop(s);
             self.shared.wake.notify_one();
         }
+        self.renewing(id)
+    }
+
+    fn renewing(&self, id: u64) -> Renewing {
         Renewing {
             id,
             shared: Arc::downgrade(&self.shared),
@@ -179,7 +253,14 @@ async fn run(mut guard: RunningGuard) {
                 s.armed = None;
                 drop(s);
                 idle_since = None;
-                tokio::spawn(renew_round(Arc::clone(&shared), batch));
+                let chunks = batch
+                    .chunks(shared.quorum.renew_chunk())
+                    .map(|chunk| Outstanding {
+                        shared: Arc::clone(&shared),
+                        leases: chunk.to_vec(),
+                    })
+                    .collect();
+                tokio::spawn(renew_round(chunks));
                 continue;
             }
             let wake_at = match next {
@@ -194,6 +275,8 @@ async fn run(mut guard: RunningGuard) {
                         // that its drop cannot clear the flag of that new task.
                         s.running = false;
                         s.armed = None;
+                        s.home = None;
+                        s.others.clear();
                         guard.armed = false;
                         return;
                     }
@@ -244,20 +327,23 @@ fn take_due(s: &mut Schedule, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Opt
 /// Renews one batch: every chunk of the round goes out at once (they pipeline on each server's
 /// connection), so chunk k is not confirmed k round trips late, and each chunk is decided as
 /// soon as its replies are in.
-async fn renew_round(shared: Arc<Shared>, batch: Vec<(u64, Arc<LeaseState>)>) {
-    let chunks = batch.chunks(shared.quorum.renew_chunk()).map(|chunk| {
-        let shared = Arc::clone(&shared);
-        let chunk = chunk.to_vec();
-        async move { renew_chunk(&shared, chunk).await }
-    });
-    crate::fanout::join_all(chunks.collect()).await;
+async fn renew_round(chunks: Vec<Outstanding>) {
+    crate::fanout::join_all(chunks.into_iter().map(renew_chunk).collect()).await;
 }
 
-async fn renew_chunk(shared: &Shared, chunk: Vec<(u64, Arc<LeaseState>)>) {
+async fn renew_chunk(mut outstanding: Outstanding) {
     let sent = Instant::now();
-    let leases: Arc<Vec<Arc<LeaseState>>> =
-        Arc::new(chunk.iter().map(|(_, l)| Arc::clone(l)).collect());
+    let leases: Arc<Vec<Arc<LeaseState>>> = Arc::new(
+        outstanding
+            .leases
+            .iter()
+            .map(|(_, l)| Arc::clone(l))
+            .collect(),
+    );
+    let shared = Arc::clone(&outstanding.shared);
     let verdicts = shared.quorum.renew(&leases).await;
+    // Decided: no longer the drop's to put back.
+    let chunk = std::mem::take(&mut outstanding.leases);
     let mut s = shared.schedule.lock().expect("watchdog lock");
     s.in_flight -= chunk.len();
     let now = Instant::now();

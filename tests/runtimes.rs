@@ -1,0 +1,101 @@
+//! One locker used from several tokio runtimes (a process-wide default locker used by
+//! `#[tokio::test]`s, a service with a runtime per subsystem): the renewal task runs in the
+//! runtime of whoever started it, and that runtime may shut down while another runtime's
+//! leases are still held. Those leases must go on being renewed.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_runtime::{Lease, LockOptions, Locker};
+use support::monitor::Monitor;
+use support::{ms, opts};
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+
+fn multi_thread() -> Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Waits (bounded) until `lease` was confirmed by a renewal sent after `since`, and fails if the
+/// lease is lost first.
+async fn renewed_after(lease: &Lease, since: Instant, o: &LockOptions, limit: Duration) {
+    let confirmed = async {
+        // The validity counts from the renewal's send time: past `since + ttl - drift` means a
+        // renewal sent after `since` was confirmed.
+        while lease.deadline() <= since + o.ttl() - o.drift() {
+            tokio::time::sleep(ms(2)).await;
+        }
+    };
+    tokio::select! {
+        () = confirmed => {}
+        reason = lease.lost() => panic!("the lease was lost ({reason:?}): nothing renewed it"),
+        () = tokio::time::sleep(limit) => panic!("no renewal within {limit:?}"),
+    }
+    assert!(lease.is_held());
+}
+
+/// The locker is built without connecting, as the default locker is: its first call (in
+/// runtime `a`) connects and starts the renewal task there. `a` shuts down while `b` holds a
+/// lease: `b`'s lease is renewed from then on, and released as its own.
+#[test]
+fn a_lease_stays_renewed_after_the_runtime_running_the_renewals_shuts_down() {
+    let server = RedisServer::start();
+    let (a, b) = (multi_thread(), multi_thread());
+    let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
+    let o = opts(600).with_renew(ms(150));
+    // `a` starts the renewal task, which stays while `a`'s lease is held.
+    let first = a.block_on(locker.acquire("runtimes:first", &o)).unwrap();
+    let second = b.block_on(locker.acquire("runtimes:second", &o)).unwrap();
+    let shut_down = Instant::now();
+    drop(a);
+    b.block_on(async {
+        drop(first);
+        renewed_after(&second, shut_down, &o, ms(3_000)).await;
+        second.release().await.expect("still ours at release");
+    });
+}
+
+/// As above, but `a` shuts down while a renewal round it started waits for its reply (the
+/// replies are delayed by a proxy): the leases that round took out of the schedule go back.
+#[test]
+fn a_lease_stays_renewed_when_its_renewal_round_is_dropped_mid_flight() {
+    let server = RedisServer::start();
+    // `a` runs the renewal round by itself, without a `block_on`.
+    let (a, b) = (multi_thread(), multi_thread());
+    let delay = ms(150);
+    let (proxy, locker) = b.block_on(async {
+        let proxy = FaultProxy::start(server.addr()).await;
+        let locker = Locker::connect(&proxy.url()).await.unwrap();
+        (proxy, locker)
+    });
+    let o = opts(3_000).with_renew(ms(500));
+    let first = a.block_on(locker.acquire("runtimes:first", &o)).unwrap();
+    let second = b.block_on(locker.acquire("runtimes:second", &o)).unwrap();
+    let monitor = Monitor::start(server.addr());
+    proxy.delay(delay);
+    // A renewal reached the server; its reply is still on its way back (`delay`).
+    let key = locker.key_of("runtimes:second");
+    let seen = std::time::Instant::now();
+    while !monitor
+        .commands()
+        .iter()
+        .any(|c| !c.in_script && c.args[0] == "EVALSHA" && c.args.contains(&key))
+    {
+        assert!(seen.elapsed() < Duration::from_secs(5), "no renewal sent");
+        std::thread::sleep(ms(1));
+    }
+    let shut_down = Instant::now();
+    drop(a);
+    b.block_on(async {
+        drop(first);
+        renewed_after(&second, shut_down, &o, ms(6_000)).await;
+        second.release().await.expect("still ours at release");
+    });
+    drop(proxy);
+}
