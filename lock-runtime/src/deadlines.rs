@@ -442,6 +442,14 @@ mod tests {
             .unwrap()
     }
 
+    fn multi_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_time()
+            .build()
+            .unwrap()
+    }
+
     /// The task runs in the runtime of the request that started it. A request in another
     /// runtime must end at its bound while that runtime idles (a current-thread runtime
     /// outside `block_on` runs nothing), and after it shut down.
@@ -449,11 +457,7 @@ mod tests {
     fn a_bound_ends_while_the_watching_runtime_idles_or_is_gone() {
         let deadlines = Deadlines::default();
         let first = current_thread();
-        let second = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_time()
-            .build()
-            .unwrap();
+        let second = multi_thread();
         // The task starts in `first` and lingers there, never polled again.
         first.block_on(async {
             let far = deadlines.bound(
@@ -493,11 +497,7 @@ mod tests {
     fn a_moved_bound_outlives_the_runtime_whose_task_watched_it() {
         let deadlines = Deadlines::default();
         let first = current_thread();
-        let second = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_time()
-            .build()
-            .unwrap();
+        let second = multi_thread();
         let limit = Duration::from_millis(300);
         let theirs = deadlines.clone();
         let (mut request, begun) = first.block_on(async move {
