@@ -42,20 +42,24 @@ async fn renewed_after(lease: &Lease, since: Instant, o: &LockOptions, limit: Du
 
 /// The locker is built without connecting, as the default locker is: its first call (in
 /// runtime `a`) connects and starts the renewal task there. `a` shuts down while `b` holds a
-/// lease: `b`'s lease is renewed from then on, and released as its own.
+/// lease: `b`'s lease is renewed from then on, and released as its own. Runtime `c`, which
+/// registered a lease before `b` did, shut down first: the task passes it by.
 #[test]
 fn a_lease_stays_renewed_after_the_runtime_running_the_renewals_shuts_down() {
     let server = RedisServer::start();
-    let (a, b) = (multi_thread(), multi_thread());
+    let (a, b, c) = (multi_thread(), multi_thread(), multi_thread());
     let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
     let o = opts(600).with_renew(ms(150));
     // `a` starts the renewal task, which stays while `a`'s lease is held.
     let first = a.block_on(locker.acquire("runtimes:first", &o)).unwrap();
+    // Held outside `c` (moved out of it), so `c`'s place in the schedule outlives `c`.
+    let third = c.block_on(locker.acquire("runtimes:third", &o)).unwrap();
     let second = b.block_on(locker.acquire("runtimes:second", &o)).unwrap();
+    drop(c);
     let shut_down = Instant::now();
     drop(a);
     b.block_on(async {
-        drop(first);
+        drop((first, third));
         renewed_after(&second, shut_down, &o, ms(3_000)).await;
         second.release().await.expect("still ours at release");
     });

@@ -55,9 +55,9 @@ struct Schedule {
     armed: Option<Instant>,
     /// The runtime the task runs in.
     home: Option<Id>,
-    /// The other runtimes that registered leases while the task ran: where it moves if its
-    /// own runtime shuts down.
-    others: Vec<Handle>,
+    /// The runtimes that registered the leases held now, with how many each: where the task
+    /// moves if its own runtime shuts down. Usually one.
+    runtimes: Vec<(Handle, usize)>,
 }
 
 impl Schedule {
@@ -99,15 +99,17 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A lease's place in the schedule; stops its renewal when stopped or dropped.
+/// A lease's place in the schedule; dropping it takes the lease out (released, dropped or
+/// lost).
 pub(crate) struct Renewing {
     id: u64,
+    /// The runtime that registered the lease.
+    runtime: Id,
     shared: Weak<Shared>,
 }
 
-impl Renewing {
-    /// Takes the lease out of the schedule (released, dropped or lost).
-    pub(crate) fn stop(&self) {
+impl Drop for Renewing {
+    fn drop(&mut self) {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -115,17 +117,20 @@ impl Renewing {
         if let Some(Some(when)) = s.at.remove(&self.id) {
             s.due.remove(&(when, self.id));
         }
-    }
-}
-
-impl Drop for Renewing {
-    fn drop(&mut self) {
-        self.stop();
+        if let Some(at) = s.runtimes.iter().position(|(h, _)| h.id() == self.runtime) {
+            s.runtimes[at].1 -= 1;
+            if s.runtimes[at].1 == 0 {
+                // Dropped at once: a runtime that shut down is not kept alive by its handle.
+                let gone = s.runtimes.swap_remove(at);
+                drop(s);
+                drop(gone);
+            }
+        }
     }
 }
 
 /// The running task's claim. If the task is dropped early (its runtime shut down), a new one
-/// starts in another runtime that registered leases, if any is left.
+/// starts in another runtime that registered one of the leases held, if any.
 struct RunningGuard {
     shared: Arc<Shared>,
     armed: bool,
@@ -141,18 +146,28 @@ impl Drop for RunningGuard {
         };
         s.running = false;
         s.armed = None;
-        s.home = None;
-        if std::thread::panicking() || s.at.is_empty() {
-            return;
+        // The task's runtime shut down (or the task panicked): forget that runtime, whose
+        // leases end with it, and go to another runtime with leases, if there is one.
+        let gone: Vec<(Handle, usize)> = match s.home.take() {
+            Some(home) => s.runtimes.extract_if(.., |(h, _)| h.id() == home).collect(),
+            None => Vec::new(),
+        };
+        let next = match s.runtimes.first() {
+            Some((next, _)) if !std::thread::panicking() => Some(next.clone()),
+            _ => None,
+        };
+        if let Some(next) = &next {
+            s.running = true;
+            s.home = Some(next.id());
         }
-        let Some(next) = s.others.pop() else {
+        // The handles are dropped outside the lock.
+        drop(s);
+        drop(gone);
+        let Some(next) = next else {
             return;
         };
-        s.running = true;
-        s.home = Some(next.id());
-        drop(s);
-        // If `next` has shut down too, the task is dropped at once and its guard tries the
-        // runtime after it.
+        // If `next` has shut down too, the task is dropped at once, and its guard forgets `next`
+        // and tries the next runtime.
         next.spawn(run(RunningGuard {
             shared: Arc::clone(&self.shared),
             armed: true,
@@ -204,38 +219,33 @@ impl Watchdog {
     /// sooner for a lock granted by a release, which holds the key for a grace only).
     pub(crate) fn register(&self, lease: Arc<LeaseState>, when: Instant) -> Renewing {
         let here = Handle::current();
+        let runtime = here.id();
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
         s.next_id += 1;
         let id = s.next_id;
         s.at.insert(id, None);
         s.put(id, when, lease);
+        match s.runtimes.iter_mut().find(|(h, _)| h.id() == runtime) {
+            Some((_, leases)) => *leases += 1,
+            None => s.runtimes.push((here, 1)),
+        }
         let earliest = s.armed.is_none_or(|armed| when < armed);
         if !s.running {
             s.running = true;
-            s.home = Some(here.id());
-            s.others.clear();
+            s.home = Some(runtime);
             drop(s);
             let guard = RunningGuard {
                 shared: Arc::clone(&self.shared),
                 armed: true,
             };
-            here.spawn(run(guard));
-            return self.renewing(id);
-        }
-        let id_here = here.id();
-        if s.home != Some(id_here) && s.others.iter().all(|h| h.id() != id_here) {
-            s.others.push(here);
-        }
-        if earliest {
+            tokio::spawn(run(guard));
+        } else if earliest {
             drop(s);
             self.shared.wake.notify_one();
         }
-        self.renewing(id)
-    }
-
-    fn renewing(&self, id: u64) -> Renewing {
         Renewing {
             id,
+            runtime,
             shared: Arc::downgrade(&self.shared),
         }
     }
@@ -276,7 +286,6 @@ async fn run(mut guard: RunningGuard) {
                         s.running = false;
                         s.armed = None;
                         s.home = None;
-                        s.others.clear();
                         guard.armed = false;
                         return;
                     }
