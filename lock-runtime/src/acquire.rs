@@ -440,7 +440,7 @@ impl Acquirer {
             template: opts.template(),
         }));
         let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
-        let lease = Lease::owned(Arc::clone(&state), Arc::clone(&self.quorum), renewing);
+        let lease = Lease::owned(Arc::clone(&state), renewing);
         if late.has_late() {
             let quorum = Arc::clone(&self.quorum);
             tokio::spawn(async move { quorum.settle_late_grants(state, late).await });

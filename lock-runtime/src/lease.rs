@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use crate::quorum::Quorum;
 use crate::status::StatusRx;
 use crate::validity::LeaseState;
 use crate::watchdog::Renewing;
@@ -18,8 +17,8 @@ use crate::{LockError, LostReason};
 /// does nothing, the outer call releases.
 pub struct Lease {
     pub(crate) state: Arc<LeaseState>,
-    quorum: Arc<Quorum>,
-    /// `None` for a nested lease: someone else releases.
+    /// The lease's renewal, and its way to the servers; `None` for a nested lease: someone
+    /// else releases.
     renewing: Option<Renewing>,
     /// Released already (or nested).
     released: bool,
@@ -37,20 +36,18 @@ impl std::fmt::Debug for Lease {
 
 impl Lease {
     /// A lease this handle owns: renewed by `renewing`, released on release or drop.
-    pub(crate) fn owned(state: Arc<LeaseState>, quorum: Arc<Quorum>, renewing: Renewing) -> Self {
+    pub(crate) fn owned(state: Arc<LeaseState>, renewing: Renewing) -> Self {
         Self {
             state,
-            quorum,
             renewing: Some(renewing),
             released: false,
         }
     }
 
     /// The same lease seen again by a nested call: neither renews nor releases.
-    pub(crate) fn nested(state: Arc<LeaseState>, quorum: Arc<Quorum>) -> Self {
+    pub(crate) fn nested(state: Arc<LeaseState>) -> Self {
         Self {
             state,
-            quorum,
             renewing: None,
             released: true,
         }
@@ -119,9 +116,12 @@ impl Lease {
             return Ok(());
         }
         self.stop_renewing();
+        let Some(renewing) = &self.renewing else {
+            return Ok(());
+        };
         // Marked only once done: if this future is dropped mid-way, the lease's drop releases
         // in the background (compare-and-delete twice is harmless).
-        let out = self.quorum.release(&self.state).await;
+        let out = renewing.quorum().release(&self.state).await;
         self.released = true;
         match &out {
             Ok(()) => crate::observe::released(self.state.label()),
@@ -132,10 +132,13 @@ impl Lease {
         out
     }
 
+    /// Ends the lease and takes it out of the schedule. The renewal handle stays: it knows the
+    /// servers to release the lease on.
     fn stop_renewing(&mut self) {
         self.state.end();
-        // Dropping the handle takes the lease out of the schedule.
-        self.renewing = None;
+        if let Some(renewing) = &mut self.renewing {
+            renewing.stop();
+        }
     }
 }
 
@@ -145,9 +148,12 @@ impl Drop for Lease {
             return;
         }
         self.stop_renewing();
+        let Some(renewing) = &self.renewing else {
+            return;
+        };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let (quorum, state) = (Arc::clone(&self.quorum), Arc::clone(&self.state));
+                let (quorum, state) = (Arc::clone(renewing.quorum()), Arc::clone(&self.state));
                 handle.spawn(async move {
                     match quorum.release(&state).await {
                         Ok(()) => crate::observe::released(state.label()),

@@ -208,7 +208,7 @@ impl Locker {
         if opts.fenced() {
             quorum.fence_for(&held).await?;
         }
-        Ok(Lease::nested(held, Arc::clone(quorum)))
+        Ok(Lease::nested(held))
     }
 }
 

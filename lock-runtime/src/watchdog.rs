@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Id};
@@ -99,23 +99,32 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A lease's place in the schedule; dropping it takes the lease out (released, dropped or
-/// lost).
+/// A lease's place in the schedule: [`Renewing::stop`] or dropping it takes the lease out
+/// (released, dropped or lost). Also the lease's way to its locker's servers: a lease holds
+/// nothing else of its locker.
 pub(crate) struct Renewing {
+    /// 0 once stopped (ids start at 1).
     id: u64,
     /// The runtime that registered the lease.
     runtime: Id,
-    shared: Weak<Shared>,
+    shared: Arc<Shared>,
 }
 
-impl Drop for Renewing {
-    fn drop(&mut self) {
-        let Some(shared) = self.shared.upgrade() else {
+impl Renewing {
+    /// The servers of the lease's locker.
+    pub(crate) fn quorum(&self) -> &Arc<Quorum> {
+        &self.shared.quorum
+    }
+
+    /// Takes the lease out of the schedule; once only.
+    pub(crate) fn stop(&mut self) {
+        if self.id == 0 {
             return;
-        };
-        let mut s = shared.schedule.lock().expect("watchdog lock");
-        if let Some(Some(when)) = s.at.remove(&self.id) {
-            s.due.remove(&(when, self.id));
+        }
+        let id = std::mem::take(&mut self.id);
+        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        if let Some(Some(when)) = s.at.remove(&id) {
+            s.due.remove(&(when, id));
         }
         if let Some(at) = s.runtimes.iter().position(|(h, _)| h.id() == self.runtime) {
             s.runtimes[at].1 -= 1;
@@ -126,6 +135,12 @@ impl Drop for Renewing {
                 drop(gone);
             }
         }
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -246,7 +261,7 @@ impl Watchdog {
         Renewing {
             id,
             runtime,
-            shared: Arc::downgrade(&self.shared),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
