@@ -103,3 +103,44 @@ fn a_lease_stays_renewed_when_its_renewal_round_is_dropped_mid_flight() {
     });
     drop(proxy);
 }
+
+/// The connections are made in runtime `a`, and the release messages' one by a call that
+/// waits there. After `a` shuts down, calls in `b` still lock and wait, and a waiter gets the
+/// lock at its holder's release, long before the key would expire. The first request through a connection whose runtime is
+/// gone fails (redis-rs: "broken pipe") and the connection is made again, from `b`: calls with a
+/// `wait` retry within it, as they do after any transient error.
+#[test]
+fn waiters_are_served_after_the_runtime_that_made_the_connections_shuts_down() {
+    let server = RedisServer::start();
+    let (a, b) = (multi_thread(), multi_thread());
+    let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
+    let held = opts(10_000).with_wait(ms(1_000));
+    let waits = opts(10_000).with_wait(ms(3_000));
+    let take_and_hand_over = |locker: Locker| async move {
+        let holder = locker.acquire("runtimes:waited", &held).await.unwrap();
+        let waiter = {
+            let locker = locker.clone();
+            let waits = waits.clone();
+            tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
+        };
+        // The waiter queued: the release hands the lock over to it.
+        while !queued(&locker).await {
+            tokio::time::sleep(ms(2)).await;
+        }
+        holder.release().await.unwrap();
+        let lease = waiter
+            .await
+            .unwrap()
+            .expect("handed the lock at the release, within the wait");
+        lease.release().await.unwrap();
+    };
+    a.block_on(take_and_hand_over(locker.clone()));
+    drop(a);
+    b.block_on(take_and_hand_over(locker));
+}
+
+/// Whether a waiter queued behind the holder.
+async fn queued(locker: &Locker) -> bool {
+    let info = locker.inspect("runtimes:waited").await;
+    info.is_ok_and(|info| info.is_some_and(|info| !info.waiters.is_empty()))
+}
