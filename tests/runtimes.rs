@@ -104,39 +104,59 @@ fn a_lease_stays_renewed_when_its_renewal_round_is_dropped_mid_flight() {
     drop(proxy);
 }
 
-/// The connections are made in runtime `a`, and the release messages' one by a call that
-/// waits there. After `a` shuts down, calls in `b` still lock and wait, and a waiter gets the
-/// lock at its holder's release, long before the key would expire. The first request through a connection whose runtime is
-/// gone fails (redis-rs: "broken pipe") and the connection is made again, from `b`: calls with a
-/// `wait` retry within it, as they do after any transient error.
+/// The connections are made in runtime `a` (the release messages' one by a call that waits
+/// there), and `a` shuts down. The first request through a connection whose runtime is gone
+/// fails in redis-rs ("broken pipe") and the connection is made again, from `b`: a release and
+/// an acquire with `wait = 0` are tried once more on the new connection, and succeed. Waits
+/// and hand-overs work as before: a waiter gets the lock at its holder's release, long before
+/// the key would expire.
 #[test]
-fn waiters_are_served_after_the_runtime_that_made_the_connections_shuts_down() {
+fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let server = RedisServer::start();
     let (a, b) = (multi_thread(), multi_thread());
-    let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
-    let held = opts(10_000).with_wait(ms(1_000));
+    let build = || Locker::builder().url(server.url()).build().unwrap();
+    let (first, second) = a.block_on(async { (build(), build()) });
+    let once = opts(10_000);
     let waits = opts(10_000).with_wait(ms(3_000));
-    let take_and_hand_over = |locker: Locker| async move {
-        let holder = locker.acquire("runtimes:waited", &held).await.unwrap();
-        let waiter = {
-            let locker = locker.clone();
-            let waits = waits.clone();
-            tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
-        };
-        // The waiter queued: the release hands the lock over to it.
-        while !queued(&locker).await {
-            tokio::time::sleep(ms(2)).await;
+    let take_and_hand_over = |locker: Locker| {
+        let (once, waits) = (once.clone(), waits.clone());
+        async move {
+            let holder = locker.acquire("runtimes:waited", &once).await.unwrap();
+            let waiter = {
+                let locker = locker.clone();
+                tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
+            };
+            // The waiter queued: the release hands the lock over to it.
+            while !queued(&locker).await {
+                tokio::time::sleep(ms(2)).await;
+            }
+            holder.release().await.unwrap();
+            let lease = waiter
+                .await
+                .unwrap()
+                .expect("handed the lock at the release, within the wait");
+            lease.release().await.unwrap();
         }
-        holder.release().await.unwrap();
-        let lease = waiter
-            .await
-            .unwrap()
-            .expect("handed the lock at the release, within the wait");
-        lease.release().await.unwrap();
     };
-    a.block_on(take_and_hand_over(locker.clone()));
+    let kept = a.block_on(async {
+        take_and_hand_over(first.clone()).await;
+        let lease = second.acquire("runtimes:other", &once).await.unwrap();
+        lease.release().await.unwrap();
+        first.acquire("runtimes:kept", &once).await.unwrap()
+    });
     drop(a);
-    b.block_on(take_and_hand_over(locker));
+    b.block_on(async {
+        // Each locker's first request here meets its connection gone.
+        kept.release()
+            .await
+            .expect("a release is tried again on a new connection");
+        let lease = second
+            .acquire("runtimes:other", &once)
+            .await
+            .expect("an acquire with wait = 0 is tried again on a new connection");
+        lease.release().await.unwrap();
+        take_and_hand_over(first).await;
+    });
 }
 
 /// Whether a waiter queued behind the holder.

@@ -119,6 +119,8 @@ impl Acquirer {
         let mut subscriptions: Option<Vec<(usize, Subscription)>> = None;
         let mut backoff = Duration::from_millis(10);
         let mut error_backoff = Duration::from_millis(5);
+        // A connection found gone is tried again once, at once (see below).
+        let mut reconnected = false;
         let mut name = Some(name);
         let mut first_sent = Some(begun);
         let result = loop {
@@ -157,6 +159,15 @@ impl Acquirer {
                 .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
             {
                 Ok(outcome) => outcome,
+                // The connection was gone before the request (its runtime shut down, or the
+                // server restarted) and redis-rs is making it again: one more attempt at once,
+                // `wait = 0` included. The failed attempt has undone what it did.
+                Err(LockError::Redis { ref source, .. })
+                    if source.is_connection_dropped() && !reconnected =>
+                {
+                    reconnected = true;
+                    continue;
+                }
                 // No majority this time, or the one server failed: within `wait`, try again
                 // after a short, growing, jittered pause; when the wait runs out, this error is
                 // the answer. With `wait = 0` it is returned at once. A bad key is never retried.

@@ -652,7 +652,20 @@ impl Quorum {
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let [node] = self.nodes.as_slice() {
-            return match node.release(&lease.key, &lease.token, &how).await {
+            let mut out = node.release(&lease.key, &lease.token, &how).await;
+            if let Err(dropped) = &out
+                && dropped.is_connection_dropped()
+            {
+                // The connection was gone (its runtime shut down, or the server restarted) and
+                // redis-rs is making it again: once more. Compare-and-delete twice is harmless.
+                // If the second finds the key not ours, the first may have run after all: the
+                // connection failure is the honest answer, not a lost lease.
+                out = match node.release(&lease.key, &lease.token, &how).await {
+                    Ok(false) => out,
+                    again => again,
+                };
+            }
+            return match out {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(lease.lost_error(LostReason::NotOwner)),
                 Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
