@@ -119,7 +119,6 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let once = opts(10_000);
     let waits = opts(10_000).with_wait(ms(3_000));
     let take_and_hand_over = |locker: Locker| {
-        let (once, waits) = (once.clone(), waits.clone());
         async move {
             let holder = locker.acquire("runtimes:waited", &once).await.unwrap();
             let waiter = {
