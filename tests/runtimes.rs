@@ -1,7 +1,8 @@
 //! One locker used from several tokio runtimes (a process-wide default locker used by
 //! `#[tokio::test]`s, a service with a runtime per subsystem): the renewal task runs in the
 //! runtime of whoever started it, and that runtime may shut down while another runtime's
-//! leases are still held. Those leases must go on being renewed.
+//! leases are still held. Those leases must go on being renewed, and the locker's calls must go
+//! on working although its connections were made in the runtime that shut down.
 
 mod support;
 
