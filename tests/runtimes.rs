@@ -11,7 +11,7 @@ use std::time::Duration;
 use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{Lease, LockOptions, Locker};
 use support::monitor::Monitor;
-use support::{ms, opts};
+use support::{eventually, ms, opts};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
@@ -109,8 +109,8 @@ fn a_lease_stays_renewed_when_its_renewal_round_is_dropped_mid_flight() {
 /// there), and `a` shuts down. The first request through a connection whose runtime is gone
 /// fails in redis-rs ("broken pipe") and the connection is made again, from `b`: a release and
 /// an acquire with `wait = 0` are tried once more on the new connection, and succeed. Waits
-/// and hand-overs work as before: a waiter gets the lock at its holder's release, long before
-/// the key would expire.
+/// and hand-overs work as before: a waiter listens for its grant (subscribed, as the server
+/// counts) and gets the lock at its holder's release, long before the key would expire.
 #[test]
 fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let server = RedisServer::start();
@@ -119,7 +119,9 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let (first, second) = a.block_on(async { (build(), build()) });
     let once = opts(10_000);
     let waits = opts(10_000).with_wait(ms(3_000));
+    let url = server.url();
     let take_and_hand_over = |locker: Locker| {
+        let url = url.clone();
         async move {
             let holder = locker.acquire("runtimes:waited", &once).await.unwrap();
             let waiter = {
@@ -130,6 +132,12 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
             while !queued(&locker).await {
                 tokio::time::sleep(ms(2)).await;
             }
+            let key = locker.key_of("runtimes:waited");
+            let grants = grant_channel(&url, &key).await;
+            eventually(ms(2_000), "the waiter listens for its grant", || async {
+                subscribers(&url, &grants).await == 1
+            })
+            .await;
             holder.release().await.unwrap();
             let lease = waiter
                 .await
@@ -157,6 +165,34 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
         lease.release().await.unwrap();
         take_and_hand_over(first).await;
     });
+}
+
+/// The grant channel of the first waiter queued on `key`.
+async fn grant_channel(url: &str, key: &str) -> String {
+    let mut raw = support::raw_connection(url).await;
+    let head: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:waiters"))
+        .arg(0)
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (_, grants) = head[0]
+        .rsplit_once(";grants=")
+        .expect("a waiter id names its locker's grant channel");
+    format!("{key}:released:{grants}")
+}
+
+/// How many clients are subscribed to `channel`.
+async fn subscribers(url: &str, channel: &str) -> i64 {
+    let mut raw = support::raw_connection(url).await;
+    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    n[0].1
 }
 
 /// Whether a waiter queued behind the holder.
