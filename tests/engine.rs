@@ -1111,7 +1111,7 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
     });
     queued(&env, name, 1).await;
     let mut raw = env.raw.clone();
-    let (_, grant_channel) = first_waiter(&env, &key).await;
+    let (_, grant_channel) = support::first_waiter(&env.raw, &key).await;
     eventually(ms(2_000), "the waiter listens for its grant", || async {
         env.subscribers(&grant_channel).await == 1
     })
@@ -1396,24 +1396,6 @@ async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_firs
     assert_eq!(queue_len(&env, name).await, 0);
 }
 
-/// The first waiter's id in the queue of the lock `key`, and the grant channel it names
-/// (`<key>:released:<id>` for an id ending with `;grants=<id>`).
-async fn first_waiter(env: &Env, key: &str) -> (String, String) {
-    let mut raw = env.raw.clone();
-    let head: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{key}:waiters"))
-        .arg(0)
-        .arg(0)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let (_, grants) = head[0]
-        .rsplit_once(";grants=")
-        .expect("a waiter id names its locker's grant channel");
-    let channel = format!("{key}:released:{grants}");
-    (head[0].clone(), channel)
-}
-
 /// The messages `listener` got up to the marker this sends on `<key>:released:end`: every
 /// message published before it (one server delivers them in order).
 async fn released_messages(
@@ -1456,7 +1438,7 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
         opts(10_000).with_wait(ms(5_000)),
     );
     queued(&env, name, 1).await;
-    let (head, grant_channel) = first_waiter(&env, &key).await;
+    let (head, grant_channel) = support::first_waiter(&env.raw, &key).await;
     // The waiter listens on both: the lock's channel and its locker's grant channel.
     let lock_channel = format!("{key}:released");
     eventually(ms(2_000), "the waiter subscribed to its grants", || async {

@@ -132,10 +132,11 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
             while !queued(&locker).await {
                 tokio::time::sleep(ms(2)).await;
             }
+            let raw = support::raw_connection(&url).await;
             let key = locker.key_of("runtimes:waited");
-            let grants = grant_channel(&url, &key).await;
+            let (_, grants) = support::first_waiter(&raw, &key).await;
             eventually(ms(2_000), "the waiter listens for its grant", || async {
-                subscribers(&url, &grants).await == 1
+                support::subscribers(&raw, &grants).await == 1
             })
             .await;
             holder.release().await.unwrap();
@@ -165,34 +166,6 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
         lease.release().await.unwrap();
         take_and_hand_over(first).await;
     });
-}
-
-/// The grant channel of the first waiter queued on `key`.
-async fn grant_channel(url: &str, key: &str) -> String {
-    let mut raw = support::raw_connection(url).await;
-    let head: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{key}:waiters"))
-        .arg(0)
-        .arg(0)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let (_, grants) = head[0]
-        .rsplit_once(";grants=")
-        .expect("a waiter id names its locker's grant channel");
-    format!("{key}:released:{grants}")
-}
-
-/// How many clients are subscribed to `channel`.
-async fn subscribers(url: &str, channel: &str) -> i64 {
-    let mut raw = support::raw_connection(url).await;
-    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    n[0].1
 }
 
 /// Whether a waiter queued behind the holder.

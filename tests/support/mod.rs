@@ -70,14 +70,7 @@ impl Env {
 
     /// How many clients are subscribed to `channel` (PUBSUB NUMSUB).
     pub async fn subscribers(&self, channel: &str) -> i64 {
-        let mut raw = self.raw.clone();
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        n[0].1
+        subscribers(&self.raw, channel).await
     }
 
     pub async fn get(&self, key: &str) -> Option<String> {
@@ -140,6 +133,36 @@ impl From<redis::RedisError> for Failure {
     fn from(e: redis::RedisError) -> Self {
         Self::Store(e)
     }
+}
+
+/// How many clients are subscribed to `channel` (PUBSUB NUMSUB), asked over `raw`.
+pub async fn subscribers(raw: &MultiplexedConnection, channel: &str) -> i64 {
+    let mut raw = raw.clone();
+    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    n[0].1
+}
+
+/// The id of the first waiter queued on `key`, and the grant channel it names
+/// (`<key>:released:<id>` for an id ending with `;grants=<id>`).
+pub async fn first_waiter(raw: &MultiplexedConnection, key: &str) -> (String, String) {
+    let mut raw = raw.clone();
+    let head: Vec<String> = redis::cmd("ZRANGE")
+        .arg(format!("{key}:waiters"))
+        .arg(0)
+        .arg(0)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let (_, grants) = head[0]
+        .rsplit_once(";grants=")
+        .expect("a waiter id names its locker's grant channel");
+    let channel = format!("{key}:released:{grants}");
+    (head[0].clone(), channel)
 }
 
 pub async fn raw_connection(url: &str) -> MultiplexedConnection {
