@@ -66,6 +66,44 @@ fn a_lease_stays_renewed_after_the_runtime_running_the_renewals_shuts_down() {
     });
 }
 
+/// A lease taken in `a` and held in `b`, which took none: when `a` shuts down, no runtime that
+/// took a held lease is left, and renewal goes on in a thread of its own. The thread ends once
+/// nothing is held, and the locker's calls in `b` go on working after it ended (its runtime made
+/// the connections the renewals used).
+#[test]
+fn a_lease_held_outside_the_runtime_that_took_it_stays_renewed_after_that_runtime_shuts_down() {
+    let server = RedisServer::start();
+    let (a, b) = (multi_thread(), multi_thread());
+    let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
+    let o = opts(600).with_renew(ms(150));
+    let lease = a.block_on(locker.acquire("runtimes:moved", &o)).unwrap();
+    let shut_down = Instant::now();
+    drop(a);
+    b.block_on(async {
+        renewed_after(&lease, shut_down, &o, ms(3_000)).await;
+        assert!(renewal_threads() >= 1, "renewed by a thread of its own");
+        lease.release().await.expect("still ours at release");
+        eventually(ms(5_000), "the renewal thread ends", || async {
+            renewal_threads() == 0
+        })
+        .await;
+        let again = locker
+            .acquire("runtimes:moved", &o)
+            .await
+            .expect("an acquire after the renewal thread ended");
+        again.release().await.unwrap();
+    });
+}
+
+/// How many threads of this process renew leases outside every runtime that took one.
+fn renewal_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "lock-renewal")
+        .count()
+}
+
 /// As above, but `a` shuts down while a renewal round it started waits for its reply (the
 /// replies are delayed by a proxy): the leases that round took out of the schedule go back.
 #[test]

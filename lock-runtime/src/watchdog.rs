@@ -10,7 +10,9 @@
 //! runtimes (a process-wide default locker under `#[tokio::test]`s, each with its own), and the
 //! task's runtime may shut down while other runtimes' leases are held: the task then moves to a
 //! runtime that registered one of them, and the leases a dropped round had taken out of the
-//! schedule go back into it, due at once.
+//! schedule go back into it, due at once. Leases held although no runtime that registered one
+//! is left (taken in a runtime, held in another that took none) are renewed by a thread of the
+//! watchdog's own until they end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -167,26 +169,61 @@ impl Drop for RunningGuard {
             Some(home) => s.runtimes.extract_if(.., |(h, _)| h.id() == home).collect(),
             None => Vec::new(),
         };
+        let panicking = std::thread::panicking();
         let next = match s.runtimes.first() {
-            Some((next, _)) if !std::thread::panicking() => Some(next.clone()),
+            Some((next, _)) if !panicking => Some(next.clone()),
             _ => None,
         };
-        if let Some(next) = &next {
-            s.running = true;
-            s.home = Some(next.id());
-        }
+        // Leases are held, but no runtime that registered one is left: they were moved out of
+        // the runtimes that registered them (or are about to be dropped with the one that shut
+        // down). Nothing else would renew them.
+        let stranded = next.is_none() && !panicking && !s.at.is_empty();
+        s.running = next.is_some() || stranded;
+        s.home = next.as_ref().map(Handle::id);
         // The handles are dropped outside the lock.
         drop(s);
         drop(gone);
-        let Some(next) = next else {
-            return;
-        };
-        // If `next` has shut down too, the task is dropped at once, and its guard forgets `next`
-        // and tries the next runtime.
-        next.spawn(run(RunningGuard {
-            shared: Arc::clone(&self.shared),
-            armed: true,
-        }));
+        match next {
+            // If `next` has shut down too, the task is dropped at once, and its guard forgets
+            // `next` and tries the next runtime.
+            Some(next) => drop(next.spawn(run(RunningGuard {
+                shared: Arc::clone(&self.shared),
+                armed: true,
+            }))),
+            None if stranded => renew_in_a_thread(Arc::clone(&self.shared)),
+            None => {}
+        }
+    }
+}
+
+/// Runs the renewal task in a thread of its own, with a runtime of its own, until the schedule
+/// is empty (it stops as an idle task does): for leases that no live runtime registered.
+fn renew_in_a_thread(shared: Arc<Shared>) {
+    let started = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .and_then(|runtime| {
+            shared.schedule.lock().expect("watchdog lock").home = Some(runtime.handle().id());
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("lock-renewal".into())
+                .spawn(move || {
+                    runtime.block_on(run(RunningGuard {
+                        shared,
+                        armed: true,
+                    }))
+                })
+        });
+    if let Err(e) = started {
+        let mut s = shared.schedule.lock().expect("watchdog lock");
+        s.running = false;
+        s.home = None;
+        drop(s);
+        tracing::error!(
+            error = %e,
+            "no thread for the renewals of leases held outside the runtimes that took them: \
+             they are renewed again once another lease is taken"
+        );
     }
 }
 
