@@ -148,7 +148,7 @@ fn a_lease_stays_renewed_when_its_renewal_round_is_dropped_mid_flight() {
 /// fails in redis-rs ("broken pipe") and the connection is made again, from `b`: a release and
 /// an acquire with `wait = 0` are tried once more on the new connection, and succeed. Waits
 /// and hand-overs work as before: a waiter listens for its grant (subscribed, as the server
-/// counts) and gets the lock at its holder's release, long before the key would expire.
+/// counts) and is woken by it at its holder's release, long before the key would expire.
 #[test]
 fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let server = RedisServer::start();
@@ -161,28 +161,45 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     let take_and_hand_over = |locker: Locker| {
         let url = url.clone();
         async move {
-            let holder = locker.acquire("runtimes:waited", &once).await.unwrap();
-            let waiter = {
-                let locker = locker.clone();
-                tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
-            };
-            // The waiter queued: the release hands the lock over to it.
-            while !queued(&locker).await {
-                tokio::time::sleep(ms(2)).await;
-            }
             let raw = support::raw_connection(&url).await;
             let key = locker.key_of("runtimes:waited");
-            let (_, grants) = support::first_waiter(&raw, &key).await;
-            eventually(ms(2_000), "the waiter listens for its grant", || async {
-                support::subscribers(&raw, &grants).await == 1
-            })
-            .await;
-            holder.release().await.unwrap();
-            let lease = waiter
-                .await
-                .unwrap()
-                .expect("handed the lock at the release, within the wait");
-            lease.release().await.unwrap();
+            // The release script is loaded from here on (a first EVALSHA is sent twice).
+            let warm = locker.acquire("runtimes:waited", &once).await.unwrap();
+            warm.release().await.unwrap();
+            let mut attempts = 0;
+            for _ in 0..HAND_OVERS {
+                let holder = locker.acquire("runtimes:waited", &once).await.unwrap();
+                let waiter = {
+                    let locker = locker.clone();
+                    tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
+                };
+                // The waiter queued: the release hands the lock over to it.
+                while !queued(&locker).await {
+                    tokio::time::sleep(ms(2)).await;
+                }
+                let (_, grants) = support::first_waiter(&raw, &key).await;
+                eventually(ms(2_000), "the waiter listens for its grant", || async {
+                    support::subscribers(&raw, &grants).await == 1
+                })
+                .await;
+                support::reset_stats(&raw).await;
+                holder.release().await.unwrap();
+                let lease = waiter
+                    .await
+                    .unwrap()
+                    .expect("handed the lock at the release, within the wait");
+                // The release is one script call; an attempt of the waiter's would be another.
+                attempts += support::calls(&raw, "evalsha").await - 1;
+                lease.release().await.unwrap();
+            }
+            // Woken by the grant's message, a waiter holds the lock without an attempt; only
+            // its own timer (every 100 ms or more) may add one meanwhile. Without the message
+            // every hand-over would wait for that timer's attempt (5 of 5, checked with the
+            // waiting loop's wake-ups taken out).
+            assert!(
+                attempts <= 2,
+                "{attempts} attempts in {HAND_OVERS} hand-overs: not woken by the grant"
+            );
         }
     };
     let kept = a.block_on(async {
@@ -205,6 +222,9 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
         take_and_hand_over(first).await;
     });
 }
+
+/// Hand-overs per runtime in the connections test.
+const HAND_OVERS: u64 = 5;
 
 /// Whether a waiter queued behind the holder.
 async fn queued(locker: &Locker) -> bool {

@@ -92,28 +92,38 @@ impl Env {
     }
 
     pub async fn reset_stats(&self) {
-        let mut raw = self.raw.clone();
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        reset_stats(&self.raw).await;
     }
 
     /// How many times `command` ran since the last reset (from INFO commandstats).
     pub async fn calls(&self, command: &str) -> u64 {
-        let mut raw = self.raw.clone();
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|l| l.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
+        calls(&self.raw, command).await
     }
+}
+
+/// Resets the server's command counts (CONFIG RESETSTAT), over `raw`.
+pub async fn reset_stats(raw: &MultiplexedConnection) {
+    let mut raw = raw.clone();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
+/// How many times `command` ran since the last reset (from INFO commandstats), asked over `raw`.
+pub async fn calls(raw: &MultiplexedConnection, command: &str) -> u64 {
+    let mut raw = raw.clone();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
 }
 
 /// A locked section's failure: the lock's or the fenced store's.
