@@ -197,34 +197,47 @@ impl Drop for RunningGuard {
 }
 
 /// Runs the renewal task in a thread of its own, with a runtime of its own, until the schedule
-/// is empty (it stops as an idle task does): for leases that no live runtime registered.
+/// is empty (it stops as an idle task does): for leases that no live runtime registered. The
+/// runtime is made in the thread: the caller may be a runtime's worker shutting down, where a
+/// runtime that failed to start could not be dropped.
 fn renew_in_a_thread(shared: Arc<Shared>) {
-    let started = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .and_then(|runtime| {
-            shared.schedule.lock().expect("watchdog lock").home = Some(runtime.handle().id());
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name("lock-renewal".into())
-                .spawn(move || {
-                    runtime.block_on(run(RunningGuard {
-                        shared,
+    let inner = Arc::clone(&shared);
+    let started = std::thread::Builder::new()
+        .name("lock-renewal".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(async {
+                    inner.schedule.lock().expect("watchdog lock").home =
+                        Some(Handle::current().id());
+                    run(RunningGuard {
+                        shared: inner,
                         armed: true,
-                    }))
-                })
+                    })
+                    .await;
+                }),
+                Err(e) => not_renewed(&inner, &e),
+            }
         });
     if let Err(e) = started {
-        let mut s = shared.schedule.lock().expect("watchdog lock");
-        s.running = false;
-        s.home = None;
-        drop(s);
-        tracing::error!(
-            error = %e,
-            "no thread for the renewals of leases held outside the runtimes that took them: \
-             they are renewed again once another lease is taken"
-        );
+        not_renewed(&shared, &e);
     }
+}
+
+/// The renewal thread could not start: the leases wait for the next registration to start a
+/// task again.
+fn not_renewed(shared: &Shared, e: &std::io::Error) {
+    let mut s = shared.schedule.lock().expect("watchdog lock");
+    s.running = false;
+    s.home = None;
+    drop(s);
+    tracing::error!(
+        error = %e,
+        "no thread for the renewals of leases held outside the runtimes that took them: \
+         they are renewed again once another lease is taken"
+    );
 }
 
 /// Leases a round took out of the schedule and has not put back yet. If the round is dropped
