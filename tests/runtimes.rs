@@ -174,9 +174,7 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
                     tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
                 };
                 // The waiter queued: the release hands the lock over to it.
-                while !queued(&locker).await {
-                    tokio::time::sleep(ms(2)).await;
-                }
+                eventually(ms(2_000), "the waiter queued", || queued(&locker)).await;
                 let (_, grants) = support::first_waiter(&raw, &key).await;
                 eventually(ms(2_000), "the waiter listens for its grant", || async {
                     support::subscribers(&raw, &grants).await == 1

@@ -63,6 +63,13 @@ struct Schedule {
 }
 
 impl Schedule {
+    /// No task runs: the next registration starts one.
+    fn without_task(&mut self) {
+        self.running = false;
+        self.armed = None;
+        self.home = None;
+    }
+
     /// Puts lease `id` back at `when`, unless it was stopped meanwhile.
     fn put(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) -> bool {
         let Some(slot) = self.at.get_mut(&id) else {
@@ -161,7 +168,6 @@ impl Drop for RunningGuard {
         let Ok(mut s) = self.shared.schedule.lock() else {
             return;
         };
-        s.running = false;
         s.armed = None;
         // The task's runtime shut down (or the task panicked): forget that runtime, whose
         // leases end with it, and go to another runtime with leases, if there is one.
@@ -229,10 +235,11 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
 /// The renewal thread could not start: the leases wait for the next registration to start a
 /// task again.
 fn not_renewed(shared: &Shared, e: &std::io::Error) {
-    let mut s = shared.schedule.lock().expect("watchdog lock");
-    s.running = false;
-    s.home = None;
-    drop(s);
+    shared
+        .schedule
+        .lock()
+        .expect("watchdog lock")
+        .without_task();
     tracing::error!(
         error = %e,
         "no thread for the renewals of leases held outside the runtimes that took them: \
@@ -348,9 +355,7 @@ async fn run(mut guard: RunningGuard) {
                         // Stop under the lock: a new lease either landed before this check, or
                         // sees `running == false` and starts a new task. Disarm the guard so
                         // that its drop cannot clear the flag of that new task.
-                        s.running = false;
-                        s.armed = None;
-                        s.home = None;
+                        s.without_task();
                         guard.armed = false;
                         return;
                     }
