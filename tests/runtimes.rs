@@ -187,7 +187,12 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
                     .unwrap()
                     .expect("handed the lock at the release, within the wait");
                 // The release is one script call; an attempt of the waiter's would be another.
-                attempts += support::calls(&raw, "evalsha").await - 1;
+                let calls = support::calls(&raw, "evalsha").await;
+                assert!(
+                    calls >= 1,
+                    "the release sent no script call: the count is off"
+                );
+                attempts += calls - 1;
                 lease.release().await.unwrap();
             }
             // Woken by the grant's message, a waiter holds the lock without an attempt; only
