@@ -70,13 +70,15 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
             .map(|(i, r)| {
                 format!(
                     "run {}: per worker {:?}, wait p50/p99/max {}, longest waiter served {:.0}%, \
-                     mean / longest hold {} / {}, machine stall {}, overlapping holders {}",
+                     mean / longest hold {} / {}, hand-over gap p50/p99/max {}, machine stall \
+                     {}, overlapping holders {}",
                     i + 1,
                     r.counts,
                     r.waits_text(),
                     r.oldest_share * 100.0,
                     ms(r.mean_hold),
                     ms(r.longest_hold),
+                    r.gaps_text(),
                     ms(r.stall),
                     r.overlaps
                 )
@@ -115,7 +117,8 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
          acquire() returning to release() being called; smallest share = the least served \
          worker's acquisitions / the mean. A wait spans the holds of the workers ahead, so a \
          1 ms sleep that overran (the blocking pool's thread woken late; each run's longest \
-         hold is in its note) lengthens the waits behind it. Machine stall: the longest overrun \
+         hold is in its note) lengthens the waits behind it. Hand-over gap: from one holder \
+         calling release() to the next holder's acquire() returning. Machine stall: the longest overrun \
          of a 5 ms sleep on a plain thread that touches neither tokio nor Redis, in that run; \
          a wait maximum far above the p99 next to a stall of about its excess was the \
          machine's, not the hand-off's. Polling baseline: per worker \

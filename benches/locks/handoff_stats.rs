@@ -15,6 +15,8 @@ pub(crate) struct WorkerOut {
     hold_total: Duration,
     longest_hold: Duration,
     waits: Vec<Duration>,
+    /// Each hold's start and end (acquire returned, release called), for the hand-over gaps.
+    holds: Vec<(Instant, Instant)>,
     /// Acquisitions that went to the worker that had waited longest (no older waiter left behind).
     pub(crate) oldest_won: u64,
 }
@@ -31,6 +33,7 @@ impl WorkerOut {
         let (start, end) = run;
         self.count += 1;
         self.waits.push(t1 - t0);
+        self.holds.push((t1, t2));
         self.hold_total += t2 - t1;
         self.longest_hold = self.longest_hold.max(t2 - t1);
         let (from, to) = (t1.max(start), t2.min(end));
@@ -101,6 +104,9 @@ pub(crate) struct Handoff {
     /// The longest hold: a 1 ms pause of the worker that overran (the blocking pool's thread
     /// woken late) makes every waiter behind it wait that much longer, whatever the lock does.
     pub(crate) longest_hold: Duration,
+    /// Hand-over gaps, sorted: from one holder calling release to the next holder's acquire
+    /// returning (the part of a turn that is the lock's, not the body's).
+    gaps: Vec<Duration>,
     /// The longest overrun of a plain thread's 5 ms sleep during the run (see `StallProbe`):
     /// once, nothing ran that thread for at least that long.
     pub(crate) stall: Duration,
@@ -123,6 +129,14 @@ impl Handoff {
             .map(|o| o.longest_hold)
             .max()
             .unwrap_or_default();
+        let mut holds: Vec<(Instant, Instant)> =
+            outs.iter().flat_map(|o| o.holds.clone()).collect();
+        holds.sort();
+        let mut gaps: Vec<Duration> = holds
+            .windows(2)
+            .map(|w| w[1].0.saturating_duration_since(w[0].1))
+            .collect();
+        gaps.sort();
         let mut waits: Vec<Duration> = outs.into_iter().flat_map(|o| o.waits).collect();
         waits.sort();
         let total: u64 = counts.iter().sum();
@@ -133,6 +147,7 @@ impl Handoff {
             counts,
             mean_hold: hold_total / total.max(1) as u32,
             longest_hold,
+            gaps,
             stall,
             overlaps,
         }
@@ -149,6 +164,16 @@ impl Handoff {
             ms(self.wait(50.0)),
             ms(self.wait(99.0)),
             ms(self.waits.last().copied().unwrap_or_default())
+        )
+    }
+
+    /// Hand-over gaps, "p50 / p99 / max".
+    pub(crate) fn gaps_text(&self) -> String {
+        format!(
+            "{} / {} / {}",
+            ms(percentile(&self.gaps, 50.0)),
+            ms(percentile(&self.gaps, 99.0)),
+            ms(self.gaps.last().copied().unwrap_or_default())
         )
     }
 
