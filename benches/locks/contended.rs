@@ -6,6 +6,7 @@ use lock_runtime::testing::RedisServer;
 
 use crate::Config;
 use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};
+use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
 use crate::report::{Report, Verdict, ms, verdict};
 
@@ -110,6 +111,26 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         ticked.oldest_share * 100.0,
         ticked.counts,
         ticked.waits_text(),
+    ));
+    let floor = floor_handoff(&url, length, Pause::Precise).await;
+    report.row(
+        "3d",
+        "hand-off floor: a raw FIFO list + PUBLISH to the next waiter, 8 connections: util. / p99 / share",
+        floor.summary(),
+        "-".to_owned(),
+        "-".to_owned(),
+        "(diagnostic)",
+        Verdict::Info,
+    );
+    report.note(format!(
+        "3d: the same workload on the least a fair hand-off costs here (see handoff_floor.rs: no \
+         eviction of a vanished waiter, no fences, no bounds, no renewal): wait p50/p99/max {}, \
+         hand-over gap p50/p99/max {}, mean hold {}, machine stall {}, overlapping holders {}",
+        floor.waits_text(),
+        floor.gaps_text(),
+        ms(floor.mean_hold),
+        ms(floor.stall),
+        floor.overlaps,
     ));
     report.note(format!(
         "3: {WORKERS} workers, each holds the lock 1 ms (std::thread::sleep on the blocking pool, \

@@ -11,8 +11,8 @@ use crate::raw::{RELEASE_LUA, load_script, raw_connection, raw_release, raw_take
 use crate::stall_probe::StallProbe;
 
 pub(crate) const WORKERS: usize = 8;
-const HOLD: Duration = Duration::from_millis(1);
-const OUTSIDE: Duration = Duration::from_millis(1);
+pub(crate) const HOLD: Duration = Duration::from_millis(1);
+pub(crate) const OUTSIDE: Duration = Duration::from_millis(1);
 pub(crate) const HANDOFF_TTL_MS: u64 = 5_000;
 const HANDOFF_NAME: &str = "bench:handoff";
 const POLL_EVERY: Duration = Duration::from_millis(100);
@@ -28,7 +28,7 @@ pub(crate) enum Pause {
 }
 
 impl Pause {
-    async fn sleep(self, d: Duration) {
+    pub(crate) async fn sleep(self, d: Duration) {
         match self {
             Pause::Precise => tokio::task::spawn_blocking(move || std::thread::sleep(d))
                 .await
@@ -57,13 +57,13 @@ impl Shape {
 }
 
 /// The run's window: workers start together, 20 ms from now, and stop asking at its end.
-fn window(length: Duration) -> (Instant, Instant) {
+pub(crate) fn window(length: Duration) -> (Instant, Instant) {
     let start = Instant::now() + Duration::from_millis(20);
     (start, start + length)
 }
 
 /// The run's figures once every worker is done, with the probe's longest stall beside them.
-async fn collect(
+pub(crate) async fn collect(
     handles: Vec<tokio::task::JoinHandle<WorkerOut>>,
     length: Duration,
     section: &Section,

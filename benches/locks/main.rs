@@ -13,7 +13,8 @@
 //!    floor (`SET NX PX` + EVALSHA compare-and-delete) and vs rslock 0.10 (lock + unlock).
 //! 2. 64 tasks on distinct names, and the server CPU per cycle of the engine vs the floor.
 //! 3. hand-off on one name: 8 tasks on one shared `Locker`, and 8 tasks on 8 `Locker`s, 5 runs
-//!    each, vs a 100 ms polling loop.
+//!    each, vs a 100 ms polling loop; beside them, the same workload on a raw FIFO hand-off (the
+//!    least a fair hand-off costs here, see `handoff_floor.rs`).
 //! 4. 10,000 leases held at once.
 //! 5. Redlock on 3 and 5 nodes vs one node.
 //! 6. the uncontended cycle over a slow link (100 µs each way) vs the floor over the same link.
@@ -48,6 +49,7 @@ mod contended;
 mod cycle;
 mod delay_proxy;
 mod handoff;
+mod handoff_floor;
 mod handoff_stats;
 mod held;
 mod placement;
