@@ -1464,6 +1464,47 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
     assert_eq!(queue_len(&env, name).await, 0);
 }
 
+/// A locker whose callers wait on the same lock again and again subscribes once: its two
+/// channels (the lock's, and its grant channel) stay subscribed for a second after the last
+/// waiter left, instead of a SUBSCRIBE and an UNSUBSCRIBE of each per wait, and are unsubscribed
+/// after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_that_waits_again_and_again_subscribes_once() {
+    let env = Env::start().await;
+    let name = "linger";
+    let key = env.key(name);
+    let waiting = env.second_locker().await;
+    let lock_channel = format!("{key}:released");
+    let mut grant_channel = String::new();
+    env.reset_stats().await;
+    for _ in 0..5 {
+        let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
+        queued(&env, name, 1).await;
+        grant_channel = support::first_waiter(&env.raw, &key).await.1;
+        eventually(ms(2_000), "the waiter listens on both channels", || async {
+            env.subscribers(&lock_channel).await == 1 && env.subscribers(&grant_channel).await == 1
+        })
+        .await;
+        holder.release().await.unwrap();
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("handed over")
+            .unwrap();
+    }
+    let subscribes = env.calls("subscribe").await;
+    assert_eq!(
+        subscribes, 2,
+        "5 waits sent {subscribes} SUBSCRIBEs: one per channel, not one per wait"
+    );
+    // Nobody waits any more: both are undone once they have been idle for a second.
+    eventually(ms(3_000), "both channels unsubscribed", || async {
+        env.subscribers(&lock_channel).await == 0 && env.subscribers(&grant_channel).await == 0
+    })
+    .await;
+    assert_eq!(env.calls("unsubscribe").await, 2);
+}
+
 /// A waiter id without a grant channel (a version before them) gets its grant on the lock's
 /// channel, which such waiters listen to.
 #[tokio::test]

@@ -14,6 +14,11 @@ use tokio::time::Instant;
 
 use crate::connect::{RoundTrip, Settings, bounded, manager_config};
 
+/// How long a channel stays subscribed after its last waiter left. A locker whose callers wait
+/// on the same lock again and again (services handing one lock back and forth every few ms)
+/// then subscribes once, instead of a SUBSCRIBE and an UNSUBSCRIBE of two channels per wait.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Where release notifications come from.
 pub(crate) enum Source {
     /// One server, through a RESP3 client of its own.
@@ -72,7 +77,7 @@ pub(crate) struct Notifications {
     settings: Settings,
     rtt: Arc<RoundTrip>,
     /// The subscribing connection, made on first use; dropped when the source changes.
-    conn: Mutex<Option<PubConn>>,
+    conn: Mutex<Option<Live>>,
     /// One connection attempt at a time.
     connecting: tokio::sync::Mutex<()>,
     channels: Mutex<HashMap<String, Channel>>,
@@ -80,6 +85,40 @@ pub(crate) struct Notifications {
     epoch: AtomicU64,
     /// Ids of `Subscription`s.
     next_listener: AtomicU64,
+}
+
+/// The subscribing connection, and whether the runtime that drives it still runs. A runtime
+/// that shuts down drops the connection's driver without a word to us (no disconnection push),
+/// and the server drops its subscriptions: channels we count as subscribed, lingering ones
+/// above all, would then wait for messages that never come.
+struct Live {
+    conn: PubConn,
+    /// Held by a task in the driver's runtime, dropped with it.
+    runtime: Weak<()>,
+    /// Ends that task when the connection is dropped.
+    _stop: oneshot::Sender<()>,
+}
+
+impl Live {
+    /// Wraps `conn`, made in the current runtime.
+    fn new(conn: PubConn) -> Self {
+        let alive = Arc::new(());
+        let runtime = Arc::downgrade(&alive);
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _alive = alive;
+            let _ = stopped.await;
+        });
+        Self {
+            conn,
+            runtime,
+            _stop: stop,
+        }
+    }
+
+    fn runs(&self) -> bool {
+        self.runtime.strong_count() > 0
+    }
 }
 
 /// Whom a release message wakes.
@@ -140,6 +179,10 @@ struct Channel {
     /// reach the server in the order decided: a late UNSUBSCRIBE never undoes a newer waiter's
     /// subscription. One per channel, so channels do not wait for each other.
     order: Arc<tokio::sync::Mutex<()>>,
+    /// When the last listener left, while none has come since.
+    idle_since: Option<Instant>,
+    /// Whether a task waits to undo the subscription once it has been idle for [`LINGER`].
+    lingering: bool,
 }
 
 /// One `Subscription`'s end in its channel.
@@ -200,18 +243,54 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let idle = {
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime to undo it in: the channel is left to the next waiter's drop.
+            let mut channels = self.owner.channels.lock().expect("channels lock");
+            if let Some(channel) = channels.get_mut(&self.channel) {
+                channel.listeners.retain(|l| l.id != self.id);
+            }
+            return;
+        };
+        {
             let mut channels = self.owner.channels.lock().expect("channels lock");
             let Some(channel) = channels.get_mut(&self.channel) else {
                 return;
             };
             channel.listeners.retain(|l| l.id != self.id);
-            channel.listeners.is_empty()
-        };
-        if idle && let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let owner = Arc::downgrade(&self.owner);
-            let channel = std::mem::take(&mut self.channel);
-            handle.spawn(Notifications::reconcile(owner, channel, None));
+            if !channel.listeners.is_empty() {
+                return;
+            }
+            channel.idle_since = Some(Instant::now());
+            if std::mem::replace(&mut channel.lingering, true) {
+                // The task already waiting counts from the new `idle_since`.
+                return;
+            }
+        }
+        let owner = Arc::downgrade(&self.owner);
+        let channel = std::mem::take(&mut self.channel);
+        handle.spawn(Notifications::linger(owner, channel));
+    }
+}
+
+/// Clears its channel's `lingering` if the task holding it ends before it did (its runtime shut
+/// down mid-wait): the next waiter's drop then starts a new one.
+struct Lingering {
+    owner: Weak<Notifications>,
+    channel: String,
+    armed: bool,
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        if self.armed
+            && let Some(me) = self.owner.upgrade()
+            && let Some(c) = me
+                .channels
+                .lock()
+                .expect("channels lock")
+                .get_mut(&self.channel)
+        {
+            c.lingering = false;
         }
     }
 }
@@ -257,7 +336,10 @@ impl Notifications {
                     listeners: Vec::new(),
                     server: OnServer::No,
                     order: Arc::default(),
+                    idle_since: None,
+                    lingering: false,
                 });
+            entry.idle_since = None;
             entry.listeners.push(Listener {
                 id,
                 waiter: waiter.map(Arc::from),
@@ -265,6 +347,7 @@ impl Notifications {
             });
             entry.server == OnServer::Yes
         };
+        let subscribed = subscribed && self.connection_runs();
         // From here on the subscription is in its channel, so dropping it takes it out.
         let sub = Subscription {
             owner: Arc::clone(self),
@@ -282,6 +365,25 @@ impl Notifications {
             }
         }
         (sub, Ok(()))
+    }
+
+    /// Whether the subscribing connection's runtime still runs. When it does not, the
+    /// connection is dropped and everything counted as subscribed is subscribed again (the
+    /// channels still wanted) or forgotten.
+    fn connection_runs(self: &Arc<Self>) -> bool {
+        let dead = {
+            let mut conn = self.conn.lock().expect("pubsub conn lock");
+            match conn.as_ref() {
+                Some(live) if !live.runs() => conn.take(),
+                _ => None,
+            }
+        };
+        if dead.is_none() {
+            return true;
+        }
+        drop(dead);
+        Self::resubscribe(&Arc::downgrade(self));
+        false
     }
 
     /// Wakes this process's waiters on the lock `key` at once (`wake` says which): it was just
@@ -318,11 +420,13 @@ impl Notifications {
                 if let Some(Value::BulkString(name)) = push.data.first()
                     && let Ok(name) = std::str::from_utf8(name)
                     && let Some(channel) = channels.get_mut(name)
-                    && !channel.listeners.is_empty()
                 {
+                    // Also for a lingering channel: the next waiter must subscribe again.
                     channel.server = OnServer::No;
-                    channel.wake(Wake::Everyone);
-                    return Some(name.to_owned());
+                    if !channel.listeners.is_empty() {
+                        channel.wake(Wake::Everyone);
+                        return Some(name.to_owned());
+                    }
                 }
             }
             // A dropped connection may have lost a release message: wake everyone to retry.
@@ -334,6 +438,43 @@ impl Notifications {
             _ => {}
         }
         None
+    }
+
+    /// Undoes `channel`'s subscription once nobody has wanted it for [`LINGER`]; returns at once
+    /// when a waiter wants it again (its drop starts the next wait).
+    async fn linger(owner: Weak<Self>, channel: String) {
+        let mut guard = Lingering {
+            owner,
+            channel,
+            armed: true,
+        };
+        loop {
+            let until = {
+                let Some(me) = guard.owner.upgrade() else {
+                    return;
+                };
+                let mut channels = me.channels.lock().expect("channels lock");
+                let Some(c) = channels.get_mut(&guard.channel) else {
+                    return;
+                };
+                match c.idle_since.filter(|_| c.listeners.is_empty()) {
+                    Some(since) if Instant::now() < since + LINGER => since + LINGER,
+                    // Idle long enough, or wanted again: this wait is over (decided under the
+                    // lock, so that a drop from now on starts a new one).
+                    idle => {
+                        c.lingering = false;
+                        guard.armed = false;
+                        if idle.is_none() {
+                            return;
+                        }
+                        break;
+                    }
+                }
+            };
+            tokio::time::sleep_until(until).await;
+        }
+        let channel = std::mem::take(&mut guard.channel);
+        Self::reconcile(guard.owner.clone(), channel, None).await;
     }
 
     /// Brings the server's subscription to `channel` in line with the waiters that want it:
@@ -434,7 +575,12 @@ impl Notifications {
 
     /// UNSUBSCRIBE, and what the server now has.
     async fn send_unsubscribe(&self, channel: &str) -> RedisResult<()> {
-        let current = self.conn.lock().expect("pubsub conn lock").clone();
+        let current = self
+            .conn
+            .lock()
+            .expect("pubsub conn lock")
+            .as_ref()
+            .map(|live| live.conn.clone());
         let done = match current {
             Some(mut conn) => {
                 bounded(self.settings.response_timeout, conn.unsubscribe(channel)).await
@@ -491,11 +637,13 @@ impl Notifications {
     /// sharded subscriptions it saw on its own; that is at most a duplicate SSUBSCRIBE, and
     /// unwanted channels are still unsubscribed by `reconcile`.)
     async fn connection(self: &Arc<Self>) -> RedisResult<PubConn> {
-        if let Some(conn) = self.conn.lock().expect("pubsub conn lock").clone() {
+        if self.connection_runs()
+            && let Some(conn) = self.live_connection()
+        {
             return Ok(conn);
         }
         let _one = self.connecting.lock().await;
-        if let Some(conn) = self.conn.lock().expect("pubsub conn lock").clone() {
+        if let Some(conn) = self.live_connection() {
             return Ok(conn);
         }
         let source = Arc::clone(&self.source.lock().expect("pubsub source lock"));
@@ -544,9 +692,19 @@ impl Notifications {
         // Only a connection made from the source still in place is kept.
         let current = Arc::ptr_eq(&source, &self.source.lock().expect("pubsub source lock"));
         if current {
-            *self.conn.lock().expect("pubsub conn lock") = Some(conn.clone());
+            *self.conn.lock().expect("pubsub conn lock") = Some(Live::new(conn.clone()));
         }
         Ok(conn)
+    }
+
+    /// The subscribing connection, if there is one whose runtime still runs.
+    fn live_connection(&self) -> Option<PubConn> {
+        self.conn
+            .lock()
+            .expect("pubsub conn lock")
+            .as_ref()
+            .filter(|live| live.runs())
+            .map(|live| live.conn.clone())
     }
 
     /// Moves the subscriptions to another server (Sentinel named a new primary): the old
@@ -580,6 +738,8 @@ mod tests {
             listeners: Vec::new(),
             server: OnServer::Yes,
             order: Arc::default(),
+            idle_since: None,
+            lingering: false,
         };
         let mut rxs = Vec::new();
         for (id, waiter) in [(0, Some("a")), (1, Some("b")), (2, None)] {
