@@ -9,6 +9,7 @@ use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, poll
 use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
 use crate::report::{Report, Verdict, ms, verdict};
+use crate::threads::ThreadClock;
 
 /// Consecutive runs per shape; every one of them has to meet the targets.
 const RUNS: usize = 5;
@@ -16,6 +17,18 @@ const MIN_UTILISATION: f64 = 0.8;
 const MAX_WAIT_P99: Duration = Duration::from_millis(15);
 /// Every worker gets at least this share of the acquisitions it would get if all were equal.
 const MIN_SHARE: f64 = 0.5;
+
+/// A hand-off run and the CPU it took per hand-over, `(client µs, server µs)`: the client's
+/// threads (the blocking pool's sleeps included) and the redis-server process.
+async fn with_cpu(server_pid: u32, run: impl Future<Output = Handoff>) -> (Handoff, (f64, f64)) {
+    let client = ThreadClock::start("self", None);
+    let server = ThreadClock::start(&server_pid.to_string(), None);
+    let run = run.await;
+    let hand_overs = run.counts.iter().sum::<u64>().max(1) as f64;
+    let per = |clock: &ThreadClock| clock.elapsed().0 as f64 / 1e3 / hand_overs;
+    let cpu = (per(&client), per(&server));
+    (run, cpu)
+}
 
 fn meets_targets(run: &Handoff) -> bool {
     run.utilisation >= MIN_UTILISATION
@@ -37,8 +50,14 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
     );
     for (letter, shape) in [('a', Shape::SharedLocker), ('b', Shape::SeparateLockers)] {
         let mut runs = Vec::new();
+        let mut cpus = Vec::new();
         for k in 1..=RUNS {
-            let run = engine_handoff(&url, length, Pause::Precise, shape).await;
+            let (run, cpu) = with_cpu(
+                server.pid(),
+                engine_handoff(&url, length, Pause::Precise, shape),
+            )
+            .await;
+            cpus.push(cpu);
             report.row(
                 &format!("3{letter}.{k}"),
                 &format!(
@@ -67,12 +86,14 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         );
         let details: Vec<String> = runs
             .iter()
+            .zip(&cpus)
             .enumerate()
-            .map(|(i, r)| {
+            .map(|(i, (r, (client, server)))| {
                 format!(
                     "run {}: per worker {:?}, wait p50/p99/max {}, longest waiter served {:.0}%, \
-                     mean / longest hold {} / {}, hand-over gap p50/p99/max {}, machine stall \
-                     {}, overlapping holders {}",
+                     mean / longest hold {} / {}, hand-over gap p50/p99/max {}, CPU per \
+                     hand-over {client:.0} µs client / {server:.0} µs server, machine stall {}, \
+                     overlapping holders {}",
                     i + 1,
                     r.counts,
                     r.waits_text(),
@@ -112,7 +133,8 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         ticked.counts,
         ticked.waits_text(),
     ));
-    let floor = floor_handoff(&url, length, Pause::Precise).await;
+    let (floor, (floor_client, floor_server)) =
+        with_cpu(server.pid(), floor_handoff(&url, length, Pause::Precise)).await;
     report.row(
         "3d",
         "hand-off floor: a raw FIFO list + PUBLISH to the next waiter, 8 connections: util. / p99 / share",
@@ -125,7 +147,8 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
     report.note(format!(
         "3d: the same workload on the least a fair hand-off costs here (see handoff_floor.rs: no \
          eviction of a vanished waiter, no fences, no bounds, no renewal): wait p50/p99/max {}, \
-         hand-over gap p50/p99/max {}, mean hold {}, machine stall {}, overlapping holders {}",
+         hand-over gap p50/p99/max {}, mean hold {}, CPU per hand-over {floor_client:.0} µs client / \
+         {floor_server:.0} µs server, machine stall {}, overlapping holders {}",
         floor.waits_text(),
         floor.gaps_text(),
         ms(floor.mean_hold),
@@ -139,7 +162,9 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
          worker's acquisitions / the mean. A wait spans the holds of the workers ahead, so a \
          1 ms sleep that overran (the blocking pool's thread woken late; each run's longest \
          hold is in its note) lengthens the waits behind it. Hand-over gap: from one holder \
-         calling release() to the next holder's acquire() returning. Machine stall: the longest overrun \
+         calling release() to the next holder's acquire() returning. CPU per hand-over: this \
+         process's threads (the blocking pool's sleeps included) and the redis-server's, over \
+         the run, per acquisition. Machine stall: the longest overrun \
          of a 5 ms sleep on a plain thread that touches neither tokio nor Redis, in that run; \
          a wait maximum far above the p99 next to a stall of about its excess was the \
          machine's, not the hand-off's. Polling baseline: per worker \

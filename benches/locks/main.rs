@@ -40,7 +40,8 @@
 //!
 //! To profile one kind of cycle (with `perf`, `strace -c` or `valgrind --tool=callgrind`),
 //! `BENCH_SPIN=floor` (or `rslock`, `acquire`, `attr`) runs only that cycle, in a loop, for
-//! `BENCH_SECS` seconds, and prints its rate.
+//! `BENCH_SECS` seconds, and prints its rate; `BENCH_HANDOFF=a` (or `b`, `floor`) runs one of
+//! row 3's hand-offs for `BENCH_SECS` seconds.
 
 mod alloc;
 mod cluster;
@@ -99,6 +100,10 @@ fn main() {
     let mut report = Report::default();
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |row: char| only.is_empty() || only.contains(row);
+    if let Ok(kind) = std::env::var("BENCH_HANDOFF") {
+        runtime.block_on(handoff_only(&kind, secs));
+        return;
+    }
     if let Ok(kind) = std::env::var("BENCH_SPIN") {
         runtime.block_on(spin(&kind, secs));
         return;
@@ -141,6 +146,22 @@ pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+/// `BENCH_HANDOFF`: one run of row 3's hand-off for `secs` seconds (`a`: one shared Locker,
+/// `b`: 8 Lockers, `floor`: the raw FIFO hand-off), on a private server, for a profiler.
+async fn handoff_only(kind: &str, secs: f64) {
+    use handoff::{Pause, Shape, engine_handoff};
+    let server = lock_runtime::testing::RedisServer::start();
+    let (url, length) = (server.url(), Duration::from_secs_f64(secs));
+    let run = match kind {
+        "a" => engine_handoff(&url, length, Pause::Precise, Shape::SharedLocker).await,
+        "b" => engine_handoff(&url, length, Pause::Precise, Shape::SeparateLockers).await,
+        "floor" => handoff_floor::floor_handoff(&url, length, Pause::Precise).await,
+        other => panic!("BENCH_HANDOFF={other}: give a, b or floor"),
+    };
+    let hand_overs: u64 = run.counts.iter().sum();
+    println!("{kind}: {} ({hand_overs} hand-overs)", run.summary());
 }
 
 /// `BENCH_SPIN`: one kind of cycle in a loop for `secs` seconds, on a private server, for a
