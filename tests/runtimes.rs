@@ -234,3 +234,56 @@ async fn queued(locker: &Locker) -> bool {
     let info = locker.inspect("runtimes:waited").await;
     info.is_ok_and(|info| info.is_some_and(|info| !info.waiters.is_empty()))
 }
+
+/// One hand-over of `name` within `locker`: a holder, a waiter queued behind it, the release.
+async fn hand_over(locker: &Locker, name: &'static str) {
+    let holder = locker.acquire(name, &opts(10_000)).await.unwrap();
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let o = opts(10_000).with_wait(ms(3_000));
+            locker.acquire(name, &o).await
+        })
+    };
+    eventually(ms(2_000), "the waiter queued", || async {
+        let info = locker.inspect(name).await;
+        info.is_ok_and(|info| info.is_some_and(|info| !info.waiters.is_empty()))
+    })
+    .await;
+    holder.release().await.unwrap();
+    let lease = waiter.await.unwrap().expect("handed over");
+    lease.release().await.unwrap();
+}
+
+/// A channel stays subscribed for a second after its last waiter left, undone by a task in the
+/// runtime where that waiter left. When that runtime shuts down within the second, the channel
+/// stays subscribed on the live connection (made in another runtime) until the next waiter on
+/// it leaves, whose own wait then undoes it.
+#[test]
+fn a_channel_left_lingering_by_a_runtime_that_shut_down_is_undone_after_its_next_waiter() {
+    let server = RedisServer::start();
+    let (a, b) = (multi_thread(), multi_thread());
+    let locker = a.block_on(async { Locker::builder().url(server.url()).build().unwrap() });
+    let name = "runtimes:linger";
+    let channel = format!("{}:released", locker.key_of(name));
+    let raw = a.block_on(support::raw_connection(&server.url()));
+    // The subscribing connection is made in `a`, by a wait on another lock.
+    a.block_on(hand_over(&locker, "runtimes:first-wait"));
+    // A wait in `b`; its channel lingers, to be undone by a task in `b`, which shuts down.
+    b.block_on(hand_over(&locker, name));
+    drop(b);
+    a.block_on(async {
+        tokio::time::sleep(ms(1_500)).await;
+        assert_eq!(
+            support::subscribers(&raw, &channel).await,
+            1,
+            "the lingering channel is still subscribed: its undoing ended with `b`"
+        );
+        // The next waiter on it leaves in `a`: a second later the channel is undone.
+        hand_over(&locker, name).await;
+        eventually(ms(3_000), "the channel unsubscribed", || async {
+            support::subscribers(&raw, &channel).await == 0
+        })
+        .await;
+    });
+}
