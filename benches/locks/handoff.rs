@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use lock_runtime::{LockOptions, Locker, LockerBuilder};
+use lock_runtime::{Lease, LockOptions, Locker, LockerBuilder};
+use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
 use crate::handoff_stats::{Handoff, Queue, Section, WorkerOut};
@@ -11,8 +12,8 @@ use crate::raw::{RELEASE_LUA, load_script, raw_connection, raw_release, raw_take
 use crate::stall_probe::StallProbe;
 
 pub(crate) const WORKERS: usize = 8;
-pub(crate) const HOLD: Duration = Duration::from_millis(1);
-pub(crate) const OUTSIDE: Duration = Duration::from_millis(1);
+const HOLD: Duration = Duration::from_millis(1);
+const OUTSIDE: Duration = Duration::from_millis(1);
 pub(crate) const HANDOFF_TTL_MS: u64 = 5_000;
 const HANDOFF_NAME: &str = "bench:handoff";
 const POLL_EVERY: Duration = Duration::from_millis(100);
@@ -28,7 +29,7 @@ pub(crate) enum Pause {
 }
 
 impl Pause {
-    pub(crate) async fn sleep(self, d: Duration) {
+    async fn sleep(self, d: Duration) {
         match self {
             Pause::Precise => tokio::task::spawn_blocking(move || std::thread::sleep(d))
                 .await
@@ -57,23 +58,82 @@ impl Shape {
 }
 
 /// The run's window: workers start together, 20 ms from now, and stop asking at its end.
-pub(crate) fn window(length: Duration) -> (Instant, Instant) {
+fn window(length: Duration) -> (Instant, Instant) {
     let start = Instant::now() + Duration::from_millis(20);
     (start, start + length)
 }
 
-/// The run's figures once every worker is done, with the probe's longest stall beside them.
-pub(crate) async fn collect(
-    handles: Vec<tokio::task::JoinHandle<WorkerOut>>,
+/// One worker's way of taking the lock and giving it back.
+pub(crate) trait Contender: Send + 'static {
+    /// What the worker holds while it has the lock.
+    type Held: Send;
+    fn take(&mut self) -> impl Future<Output = Self::Held> + Send;
+    fn give(&mut self, held: Self::Held) -> impl Future<Output = ()> + Send;
+}
+
+/// Row 3's workload on `contenders`, one task each: take the lock, hold it 1 ms, give it back,
+/// stay 1 ms outside, until the run's window ends; with the probe's longest stall beside it.
+pub(crate) async fn run<C: Contender>(
+    contenders: Vec<C>,
     length: Duration,
-    section: &Section,
-    probe: StallProbe,
+    pause: Pause,
 ) -> Handoff {
+    let section = Section::default();
+    let queue = Queue::new(contenders.len());
+    let probe = StallProbe::start();
+    let (start, end) = window(length);
+    let handles: Vec<_> = contenders
+        .into_iter()
+        .enumerate()
+        .map(|(w, mut contender)| {
+            let (section, queue) = (section.clone(), queue.clone());
+            tokio::spawn(async move {
+                let mut out = WorkerOut::default();
+                tokio::time::sleep_until(start).await;
+                while Instant::now() < end {
+                    let t0 = Instant::now();
+                    queue.start_waiting(w, t0);
+                    let held = contender.take().await;
+                    let t1 = Instant::now();
+                    out.oldest_won += u64::from(queue.served(w, t0));
+                    section.enter();
+                    pause.sleep(HOLD).await;
+                    section.leave();
+                    let t2 = Instant::now();
+                    contender.give(held).await;
+                    out.record((start, end), t0, t1, t2);
+                    pause.sleep(OUTSIDE).await;
+                }
+                out
+            })
+        })
+        .collect();
     let mut outs = Vec::new();
     for h in handles {
         outs.push(h.await.expect("worker"));
     }
-    Handoff::from(outs, length, section.overlaps(), probe.stop())
+    Handoff::from(outs, end - start, section.overlaps(), probe.stop())
+}
+
+/// A worker of the engine: its `Locker` (its own, or one shared by all).
+struct EngineWorker {
+    locker: Locker,
+    opts: LockOptions,
+}
+
+impl Contender for EngineWorker {
+    type Held = Lease;
+
+    async fn take(&mut self) -> Lease {
+        self.locker
+            .acquire(HANDOFF_NAME, &self.opts)
+            .await
+            .expect("acquires within wait")
+    }
+
+    async fn give(&mut self, lease: Lease) {
+        lease.release().await.expect("release");
+    }
 }
 
 pub(crate) async fn engine_handoff(
@@ -107,85 +167,56 @@ pub(crate) async fn engine_handoff_on(
         let lease = locker.acquire(HANDOFF_NAME, &opts).await.expect("warm-up");
         lease.release().await.expect("warm-up");
     }
-    let section = Section::default();
-    let queue = Queue::new(WORKERS);
-    let probe = StallProbe::start();
-    let (start, end) = window(length);
-    let handles: Vec<_> = lockers
+    let workers = lockers
         .into_iter()
-        .enumerate()
-        .map(|(w, locker)| {
-            let (section, queue) = (section.clone(), queue.clone());
-            tokio::spawn(async move {
-                let mut out = WorkerOut::default();
-                tokio::time::sleep_until(start).await;
-                while Instant::now() < end {
-                    let t0 = Instant::now();
-                    queue.start_waiting(w, t0);
-                    let lease = locker
-                        .acquire(HANDOFF_NAME, &opts)
-                        .await
-                        .expect("acquires within wait");
-                    let t1 = Instant::now();
-                    out.oldest_won += u64::from(queue.served(w, t0));
-                    section.enter();
-                    pause.sleep(HOLD).await;
-                    section.leave();
-                    let t2 = Instant::now();
-                    lease.release().await.expect("release");
-                    out.record((start, end), t0, t1, t2);
-                    pause.sleep(OUTSIDE).await;
-                }
-                out
-            })
-        })
+        .map(|locker| EngineWorker { locker, opts })
         .collect();
-    collect(handles, end - start, &section, probe).await
+    run(workers, length, pause).await
 }
 
-/// The textbook loop: try SET NX PX, sleep 100 ms on failure; release by compare-and-delete.
-pub(crate) async fn polling_handoff(url: &str, length: Duration, pause: Pause) -> Handoff {
-    let mut conns = Vec::new();
-    for _ in 0..WORKERS {
-        conns.push(raw_connection(url).await);
+/// A worker of the textbook loop: try SET NX PX, sleep 100 ms on failure; release by
+/// compare-and-delete.
+struct PollingWorker {
+    conn: MultiplexedConnection,
+    sha: String,
+    w: usize,
+    taken: u64,
+}
+
+const POLLING_KEY: &str = "lock:{bench:handoff}:polling";
+
+impl Contender for PollingWorker {
+    /// The token the key was taken with.
+    type Held = String;
+
+    async fn take(&mut self) -> String {
+        self.taken += 1;
+        let token = format!("{}-{}", self.w, self.taken);
+        while !raw_take(&mut self.conn, POLLING_KEY, &token, HANDOFF_TTL_MS).await {
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+        token
     }
-    let sha = load_script(&mut conns[0], RELEASE_LUA).await;
-    let section = Section::default();
-    let queue = Queue::new(WORKERS);
-    let probe = StallProbe::start();
-    let (start, end) = window(length);
-    let handles: Vec<_> = conns
-        .into_iter()
-        .enumerate()
-        .map(|(w, mut conn)| {
-            let (section, queue, sha) = (section.clone(), queue.clone(), sha.clone());
-            tokio::spawn(async move {
-                let key = format!("lock:{{{HANDOFF_NAME}}}:polling");
-                let mut out = WorkerOut::default();
-                tokio::time::sleep_until(start).await;
-                while Instant::now() < end {
-                    let token = format!("{w}-{}", out.count());
-                    let t0 = Instant::now();
-                    queue.start_waiting(w, t0);
-                    while !raw_take(&mut conn, &key, &token, HANDOFF_TTL_MS).await {
-                        tokio::time::sleep(POLL_EVERY).await;
-                    }
-                    let t1 = Instant::now();
-                    out.oldest_won += u64::from(queue.served(w, t0));
-                    section.enter();
-                    pause.sleep(HOLD).await;
-                    section.leave();
-                    let t2 = Instant::now();
-                    assert!(
-                        raw_release(&mut conn, &sha, &key, &token).await,
-                        "polling: not ours"
-                    );
-                    out.record((start, end), t0, t1, t2);
-                    pause.sleep(OUTSIDE).await;
-                }
-                out
-            })
-        })
-        .collect();
-    collect(handles, end - start, &section, probe).await
+
+    async fn give(&mut self, token: String) {
+        assert!(
+            raw_release(&mut self.conn, &self.sha, POLLING_KEY, &token).await,
+            "polling: not ours"
+        );
+    }
+}
+
+pub(crate) async fn polling_handoff(url: &str, length: Duration, pause: Pause) -> Handoff {
+    let mut workers = Vec::new();
+    for w in 0..WORKERS {
+        let mut conn = raw_connection(url).await;
+        let sha = load_script(&mut conn, RELEASE_LUA).await;
+        workers.push(PollingWorker {
+            conn,
+            sha,
+            w,
+            taken: 0,
+        });
+    }
+    run(workers, length, pause).await
 }

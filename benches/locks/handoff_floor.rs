@@ -12,12 +12,10 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
-use crate::handoff::{HANDOFF_TTL_MS, HOLD, OUTSIDE, Pause, WORKERS, collect, window};
-use crate::handoff_stats::{Handoff, Queue, Section, WorkerOut};
+use crate::handoff::{Contender, HANDOFF_TTL_MS, Pause, WORKERS, run};
+use crate::handoff_stats::Handoff;
 use crate::raw::{load_script, raw_connection};
-use crate::stall_probe::StallProbe;
 
 const KEY: &str = "bench:handoff-floor";
 const LIST: &str = "bench:handoff-floor:waiters";
@@ -35,10 +33,14 @@ const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1
 struct Worker {
     conn: MultiplexedConnection,
     handed: Arc<Notify>,
-    subscription: MultiplexedConnection,
+    /// Kept for the worker's life: dropped, it would take the subscription with it.
+    _subscription: MultiplexedConnection,
+    token: String,
+    take: String,
+    hand_over: String,
 }
 
-async fn worker(url: &str, w: usize) -> Worker {
+async fn worker(url: &str, w: usize, take: &str, hand_over: &str) -> Worker {
     let handed = Arc::new(Notify::new());
     let wake = Arc::clone(&handed);
     let config = redis::AsyncConnectionConfig::new().set_push_sender(move |p: redis::PushInfo| {
@@ -60,75 +62,58 @@ async fn worker(url: &str, w: usize) -> Worker {
     Worker {
         conn: raw_connection(url).await,
         handed,
-        subscription,
+        _subscription: subscription,
+        token: w.to_string(),
+        take: take.to_owned(),
+        hand_over: hand_over.to_owned(),
     }
 }
 
-async fn call(conn: &mut MultiplexedConnection, sha: &str, token: &str) -> i64 {
-    redis::cmd("EVALSHA")
-        .arg(sha)
-        .arg(2)
-        .arg(KEY)
-        .arg(LIST)
-        .arg(token)
-        .arg(HANDOFF_TTL_MS)
-        .query_async(conn)
-        .await
-        .expect("EVALSHA")
+impl Worker {
+    async fn call(&mut self, hand_over: bool) -> i64 {
+        let sha = if hand_over {
+            &self.hand_over
+        } else {
+            &self.take
+        };
+        redis::cmd("EVALSHA")
+            .arg(sha)
+            .arg(2)
+            .arg(KEY)
+            .arg(LIST)
+            .arg(&self.token)
+            .arg(HANDOFF_TTL_MS)
+            .query_async(&mut self.conn)
+            .await
+            .expect("EVALSHA")
+    }
+}
+
+impl Contender for Worker {
+    type Held = ();
+
+    async fn take(&mut self) {
+        if self.call(false).await == 0 {
+            tokio::time::timeout(Duration::from_secs(10), self.handed.notified())
+                .await
+                .expect("raw hand-off: no message handed the lock over in 10 s");
+        }
+    }
+
+    async fn give(&mut self, (): ()) {
+        let released = self.call(true).await;
+        assert!(released > 0, "raw hand-off: the lock was not ours");
+    }
 }
 
 /// A run of row 3's workload (8 workers, hold 1 ms, 1 ms outside) on the raw FIFO hand-off.
 pub(crate) async fn floor_handoff(url: &str, length: Duration, pause: Pause) -> Handoff {
+    let mut conn = raw_connection(url).await;
+    let take = load_script(&mut conn, TAKE_OR_JOIN).await;
+    let hand_over = load_script(&mut conn, HAND_OVER).await;
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        workers.push(worker(url, w).await);
+        workers.push(worker(url, w, &take, &hand_over).await);
     }
-    let take = load_script(&mut workers[0].conn, TAKE_OR_JOIN).await;
-    let hand_over = load_script(&mut workers[0].conn, HAND_OVER).await;
-    let section = Section::default();
-    let queue = Queue::new(WORKERS);
-    let probe = StallProbe::start();
-    let (start, end) = window(length);
-    let handles: Vec<_> = workers
-        .into_iter()
-        .enumerate()
-        .map(|(w, worker)| {
-            let (section, queue) = (section.clone(), queue.clone());
-            let (take, hand_over) = (take.clone(), hand_over.clone());
-            tokio::spawn(async move {
-                // Moved in whole: an async block captures only the fields it names, and the
-                // subscription must live as long as the worker.
-                let Worker {
-                    mut conn,
-                    handed,
-                    subscription,
-                } = worker;
-                let token = w.to_string();
-                let mut out = WorkerOut::default();
-                tokio::time::sleep_until(start).await;
-                while Instant::now() < end {
-                    let t0 = Instant::now();
-                    queue.start_waiting(w, t0);
-                    if call(&mut conn, &take, &token).await == 0 {
-                        tokio::time::timeout(Duration::from_secs(10), handed.notified())
-                            .await
-                            .expect("raw hand-off: no message handed the lock over in 10 s");
-                    }
-                    let t1 = Instant::now();
-                    out.oldest_won += u64::from(queue.served(w, t0));
-                    section.enter();
-                    pause.sleep(HOLD).await;
-                    section.leave();
-                    let t2 = Instant::now();
-                    let released = call(&mut conn, &hand_over, &token).await;
-                    assert!(released > 0, "raw hand-off: the lock was not ours");
-                    out.record((start, end), t0, t1, t2);
-                    pause.sleep(OUTSIDE).await;
-                }
-                drop(subscription);
-                out
-            })
-        })
-        .collect();
-    collect(handles, end - start, &section, probe).await
+    run(workers, length, pause).await
 }

@@ -41,10 +41,6 @@ impl WorkerOut {
             self.held += to - from;
         }
     }
-
-    pub(crate) fn count(&self) -> u64 {
-        self.count
-    }
 }
 
 /// When each worker started waiting (None: not waiting), to see who overtakes whom.
