@@ -1467,7 +1467,8 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
 /// A locker whose callers wait on the same lock again and again subscribes once: its two
 /// channels (the lock's, and its grant channel) stay subscribed for a second after the last
 /// waiter left, instead of a SUBSCRIBE and an UNSUBSCRIBE of each per wait, and are unsubscribed
-/// after that.
+/// after that. While they are, a caller of that locker queues with its first attempt, without
+/// a plain `SET` first: the lock was contended a moment ago.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locker_that_waits_again_and_again_subscribes_once() {
     let env = Env::start().await;
@@ -1477,6 +1478,7 @@ async fn a_locker_that_waits_again_and_again_subscribes_once() {
     let lock_channel = format!("{key}:released");
     let mut grant_channel = String::new();
     env.reset_stats().await;
+    let monitor = Monitor::start(env.server.addr());
     for _ in 0..5 {
         let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
         let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
@@ -1496,6 +1498,16 @@ async fn a_locker_that_waits_again_and_again_subscribes_once() {
     assert_eq!(
         subscribes, 2,
         "5 waits sent {subscribes} SUBSCRIBEs: one per channel, not one per wait"
+    );
+    // Each holder's plain `SET`, and the waiter's before its first wait only.
+    let plain_sets = monitor
+        .commands()
+        .iter()
+        .filter(|c| !c.in_script && c.args[0] == "SET" && c.args.get(1) == Some(&key))
+        .count();
+    assert_eq!(
+        plain_sets, 6,
+        "5 holders and 5 waits sent {plain_sets} plain SETs: the waits after the first queue at once"
     );
     // Nobody waits any more: both are undone once they have been idle for a second.
     eventually(ms(3_000), "both channels unsubscribed", || async {

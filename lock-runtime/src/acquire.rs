@@ -116,7 +116,20 @@ impl Acquirer {
         };
         let begun = Instant::now();
         let wait_until = begun + opts.wait();
-        let mut subscriptions: Option<Vec<(usize, Subscription)>> = None;
+        // A lock this locker waited on within the last second still has its channels
+        // subscribed (see `pubsub::LINGER`): it was contended then, so this caller listens at
+        // once, at no cost, and its first attempt queues, instead of a plain attempt first.
+        let mut subscriptions: Option<Vec<(usize, Subscription)>> = match &place {
+            Some(place)
+                if place.node().subscribed(|| {
+                    let channel = keys.channel();
+                    [channel.to_string(), format!("{channel}:{}", self.grants)]
+                }) =>
+            {
+                Some(self.subscribe(&keys, name.as_str(), Some(place)).await)
+            }
+            _ => None,
+        };
         let mut backoff = Duration::from_millis(10);
         let mut error_backoff = Duration::from_millis(5);
         // A connection found gone is tried again once, at once (see below).
@@ -203,24 +216,7 @@ impl Acquirer {
                 // Subscribe before the next try, so that a release between the try and the wait
                 // is still seen. Without pub/sub, the PTTL timer below still wakes us.
                 let lock_name = name.as_deref().unwrap_or_default();
-                let channel = keys.channel().to_string();
-                let waiter = place.as_ref().map(|p| p.waiter.id.as_str());
-                let all = self.quorum.subscribe_all(&channel, lock_name, waiter);
-                // A queued waiter also listens on its locker's grant channel, where a release
-                // that grants it the lock says so (the other lockers' connections never see it).
-                let grants = async {
-                    match (self.quorum.queue_node(), waiter) {
-                        (Some(node), Some(waiter)) => {
-                            let channel = format!("{channel}:{}", self.grants);
-                            Some(node.subscribe(&channel, Some(waiter)).await.0)
-                        }
-                        _ => None,
-                    }
-                };
-                // Boxed, as the wait below: only a waiter pays for these futures' size.
-                let (mut subs, grants) = Box::pin(async { tokio::join!(all, grants) }).await;
-                subs.extend(grants.map(|sub| (0, sub)));
-                subscriptions = Some(subs);
+                subscriptions = Some(self.subscribe(&keys, lock_name, place.as_ref()).await);
                 continue;
             }
             let mut retry_at = match retry_after {
@@ -280,6 +276,33 @@ impl Acquirer {
             _ => {}
         }
         result
+    }
+
+    /// Listens for releases of the lock: on its channel on every node, and, for a queued waiter,
+    /// on this locker's grant channel, where a release that grants it the lock says so (the
+    /// other lockers' connections never see it).
+    async fn subscribe(
+        &self,
+        keys: &Keys,
+        name: &str,
+        place: Option<&QueuePlace>,
+    ) -> Vec<(usize, Subscription)> {
+        let channel = keys.channel().to_string();
+        let waiter = place.map(|p| p.waiter.id.as_str());
+        let all = self.quorum.subscribe_all(&channel, name, waiter);
+        let grants = async {
+            match (self.quorum.queue_node(), waiter) {
+                (Some(node), Some(waiter)) => {
+                    let channel = format!("{channel}:{}", self.grants);
+                    Some(node.subscribe(&channel, Some(waiter)).await.0)
+                }
+                _ => None,
+            }
+        };
+        // Boxed, as the wait: only a waiter pays for these futures' size.
+        let (mut subs, grants) = Box::pin(async { tokio::join!(all, grants) }).await;
+        subs.extend(grants.map(|sub| (0, sub)));
+        subs
     }
 
     /// The error of an attempt that got no answer within `bound`.

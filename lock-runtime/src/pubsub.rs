@@ -367,6 +367,31 @@ impl Notifications {
         (sub, Ok(()))
     }
 
+    /// Whether every one of `channels` is subscribed now (wanted or lingering) on a connection
+    /// whose runtime runs: subscriptions to them would cost no round trip. Made only when this
+    /// server has channels at all (a locker that never waited pays a lock and no allocation).
+    pub(crate) fn subscribed<const N: usize>(
+        &self,
+        channels: impl FnOnce() -> [String; N],
+    ) -> bool {
+        let on_server = {
+            let subscribed = self.channels.lock().expect("channels lock");
+            !subscribed.is_empty()
+                && channels().iter().all(|channel| {
+                    subscribed
+                        .get(channel)
+                        .is_some_and(|c| c.server == OnServer::Yes)
+                })
+        };
+        on_server
+            && self
+                .conn
+                .lock()
+                .expect("pubsub conn lock")
+                .as_ref()
+                .is_some_and(Live::runs)
+    }
+
     /// Whether the subscribing connection's runtime still runs. When it does not, the
     /// connection is dropped and everything counted as subscribed is subscribed again (the
     /// channels still wanted) or forgotten.

@@ -48,6 +48,11 @@ impl QueuePlace {
         }
     }
 
+    /// The server this place is on.
+    pub(crate) fn node(&self) -> &Arc<Node> {
+        &self.node
+    }
+
     /// The waiter for the next attempt, under `token`, which may put it in the queue; a link
     /// that got slower asks for a longer grace from now on.
     pub(crate) fn join(&mut self, token: &str) -> &Waiter {

@@ -494,6 +494,15 @@ impl Node {
         Ok(())
     }
 
+    /// Whether a release channel of this server is subscribed now (see
+    /// [`Notifications::subscribed`]).
+    pub(crate) fn subscribed<const N: usize>(
+        &self,
+        channels: impl FnOnce() -> [String; N],
+    ) -> bool {
+        self.notifications.subscribed(channels)
+    }
+
     /// Subscribes to a release channel of this server (see [`Notifications::subscribe`]).
     pub(crate) async fn subscribe(
         &self,
