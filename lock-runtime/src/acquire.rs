@@ -116,6 +116,12 @@ impl Acquirer {
         };
         let begun = Instant::now();
         let wait_until = begun + opts.wait();
+        let mut backoff = Duration::from_millis(10);
+        let mut error_backoff = Duration::from_millis(5);
+        // A connection found gone is tried again once, at once (see below).
+        let mut reconnected = false;
+        let mut name = Some(name);
+        let mut first_sent = Some(begun);
         // A lock this locker waited on within the last second still has its channels
         // subscribed (see `pubsub::LINGER`): it was contended then, so this caller listens at
         // once, at no cost, and its first attempt queues, instead of a plain attempt first.
@@ -126,16 +132,12 @@ impl Acquirer {
                     [channel.to_string(), format!("{channel}:{}", self.grants)]
                 }) =>
             {
-                Some(self.subscribe(&keys, name.as_str(), Some(place)).await)
+                // Boxed, as the subscription below: only a waiter pays for its future's size.
+                let lock_name = name.as_deref().unwrap_or_default();
+                Some(Box::pin(self.subscribe(&keys, lock_name, Some(place))).await)
             }
             _ => None,
         };
-        let mut backoff = Duration::from_millis(10);
-        let mut error_backoff = Duration::from_millis(5);
-        // A connection found gone is tried again once, at once (see below).
-        let mut reconnected = false;
-        let mut name = Some(name);
-        let mut first_sent = Some(begun);
         let result = loop {
             // Only messages from now on tell something about the coming attempt.
             for (_, sub) in subscriptions.iter_mut().flatten() {
@@ -216,7 +218,8 @@ impl Acquirer {
                 // Subscribe before the next try, so that a release between the try and the wait
                 // is still seen. Without pub/sub, the PTTL timer below still wakes us.
                 let lock_name = name.as_deref().unwrap_or_default();
-                subscriptions = Some(self.subscribe(&keys, lock_name, place.as_ref()).await);
+                subscriptions =
+                    Some(Box::pin(self.subscribe(&keys, lock_name, place.as_ref())).await);
                 continue;
             }
             let mut retry_at = match retry_after {
@@ -299,8 +302,7 @@ impl Acquirer {
                 _ => None,
             }
         };
-        // Boxed, as the wait: only a waiter pays for these futures' size.
-        let (mut subs, grants) = Box::pin(async { tokio::join!(all, grants) }).await;
+        let (mut subs, grants) = tokio::join!(all, grants);
         subs.extend(grants.map(|sub| (0, sub)));
         subs
     }
