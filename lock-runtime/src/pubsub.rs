@@ -243,15 +243,7 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            // No runtime to undo it in: the channel is left to the next waiter's drop.
-            let mut channels = self.owner.channels.lock().expect("channels lock");
-            if let Some(channel) = channels.get_mut(&self.channel) {
-                channel.listeners.retain(|l| l.id != self.id);
-            }
-            return;
-        };
-        {
+        let handle = {
             let mut channels = self.owner.channels.lock().expect("channels lock");
             let Some(channel) = channels.get_mut(&self.channel) else {
                 return;
@@ -260,12 +252,17 @@ impl Drop for Subscription {
             if !channel.listeners.is_empty() {
                 return;
             }
+            // No runtime to undo it in: the channel is left to the next waiter's drop.
+            let Ok(handle) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
             channel.idle_since = Some(Instant::now());
             if std::mem::replace(&mut channel.lingering, true) {
                 // The task already waiting counts from the new `idle_since`.
                 return;
             }
-        }
+            handle
+        };
         let owner = Arc::downgrade(&self.owner);
         let channel = std::mem::take(&mut self.channel);
         handle.spawn(Notifications::linger(owner, channel));
