@@ -75,7 +75,8 @@ macro_rules! take_fence {
 /// is alive: a caller that saw the same head with the same state for longer than that head's
 /// grace (measured on its own monotonic clock) sends it back here to be evicted, and it is
 /// evicted (with any hand-over to it) only if its state has not changed since. The queue's keys
-/// also expire 4 graces after the last waiter's attempt, for when everyone left.
+/// also expire 2 to 4 graces after the last waiter's attempt, for when everyone left (an attempt
+/// extends them to 4 graces once less than 2 are left, so that most attempts need no `PEXPIRE`).
 ///
 /// Fences: `max(counter + 1, floor)`, with `floor` the server's clock in µs. A fence never
 /// exceeds the clock at the moment it is handed out (fewer than one acquisition per µs), so even
@@ -92,21 +93,21 @@ local waiter = ARGV[5] or ''
 local function marked(value)
   if string.sub(value, -4) == ';w=0' then return string.sub(value, 1, -2) .. '1' end
 end
-local first
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  local evict = ARGV[7] or ''
-  if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[8] then
-    redis.call('ZREM', KEYS[3], evict)
-    redis.call('HDEL', KEYS[4], evict)
-    if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
-  end
-  while true do
-    first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
-    if not first or redis.call('HEXISTS', KEYS[4], first) == 1 then break end
-    redis.call('ZREM', KEYS[3], first)
-  end
-  if first == waiter then first = nil end
+-- No `EXISTS` first: an absent queue has no head.
+local evict = ARGV[7] or ''
+if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[8] then
+  redis.call('ZREM', KEYS[3], evict)
+  redis.call('HDEL', KEYS[4], evict)
+  if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
 end
+local first
+while true do
+  first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  if not first or redis.call('HEXISTS', KEYS[4], first) == 1 then break end
+  redis.call('ZREM', KEYS[3], first)
+end
+local queued = first == waiter
+if queued then first = nil end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
 -- Handed to this waiter: granted to its previous token, or (a release by an older version of
@@ -131,13 +132,19 @@ if handed or (not cur and not first) then
         take_fence!(),
         r"end
 if waiter ~= '' then
-  if not redis.call('ZSCORE', KEYS[3], waiter) then
+  -- A waiter's first attempt (no previous token) is not in the queue yet (`NX` all the same);
+  -- a later one usually is.
+  local created = false
+  if not queued and (previous == '' or not redis.call('ZSCORE', KEYS[3], waiter)) then
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
-    redis.call('ZADD', KEYS[3], (tonumber(last) or 0) + 1, waiter)
+    created = not last
+    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
   end
   redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[6])
+  -- Extended to 4 graces once less than half of that is left (or the queue is new): never
+  -- shortened, and a live waiter, back within a third of its grace, always finds it.
   local keep = 4 * tonumber(ARGV[6])
-  if redis.call('PTTL', KEYS[3]) < keep then
+  if created or redis.call('PTTL', KEYS[4]) < keep / 2 then
     redis.call('PEXPIRE', KEYS[3], keep)
     redis.call('PEXPIRE', KEYS[4], keep)
   end
@@ -294,8 +301,11 @@ if keep > 0 then
   redis.call('SET', key, token .. ':released', 'PX', keep)
   return 1
 end
-if redis.call('EXISTS', queue) == 1 then
-  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+-- The first two in line: a queue exists if it has a first, and others still queue after the
+-- first if it has a second.
+local line = redis.call('ZRANGE', queue, 0, 1)
+local head = line[1]
+if head then
   local state = head and redis.call('HGET', queue .. ':state', head)
   local nonce, grace = nil, nil
   if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
@@ -305,7 +315,7 @@ if redis.call('EXISTS', queue) == 1 then
     redis.call('ZREM', queue, head)
     redis.call('HDEL', queue .. ':state', head)
     local held = nonce
-    if string.sub(nonce, -4) == ';w=0' and redis.call('EXISTS', queue) == 1 then
+    if string.sub(nonce, -4) == ';w=0' and line[2] then
       held = string.sub(nonce, 1, -2) .. '1'
     end
     redis.call('SET', key, held, 'PX', grace)
