@@ -1517,6 +1517,103 @@ async fn a_locker_that_waits_again_and_again_subscribes_once() {
     assert_eq!(env.calls("unsubscribe").await, 2);
 }
 
+/// Many distinct names: a locker that waits on 2,000 locks at once subscribes once to each
+/// lock's channel and each grant channel, and a second after the last waiter left every one is
+/// undone and every task the waits started (a linger task per channel) has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behind() {
+    const NAMES: usize = 2_000;
+    let env = Env::start().await;
+    let waiting = env.second_locker().await;
+    // One wait first, so that the baseline counts the subscribing connection's own tasks.
+    let warm_up = env
+        .locker
+        .acquire("many:warm-up", &opts(10_000))
+        .await
+        .unwrap();
+    let waiter = take_and_release(
+        waiting.clone(),
+        "many:warm-up",
+        opts(10_000).with_wait(ms(5_000)),
+    );
+    queued(&env, "many:warm-up", 1).await;
+    warm_up.release().await.unwrap();
+    waiter.await.unwrap();
+    eventually(ms(3_000), "the warm-up's channels undone", || async {
+        channels(&env).await == 0
+    })
+    .await;
+    let names: Vec<String> = (0..NAMES).map(|i| format!("many:{i}")).collect();
+    let mut held = Vec::with_capacity(NAMES);
+    for name in &names {
+        held.push(env.locker.acquire(name, &opts(30_000)).await.unwrap());
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let base_tasks = metrics.num_alive_tasks();
+    env.reset_stats().await;
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (locker, name) = (waiting.clone(), name.clone());
+            tokio::spawn(async move {
+                let o = opts(30_000).with_wait(ms(20_000));
+                locker
+                    .acquire(&name, &o)
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    // The fault: every waiter listens at once, on its lock's channel and on a grant channel.
+    eventually(ms(10_000), "every waiter subscribed", || async {
+        channels(&env).await == 2 * NAMES
+    })
+    .await;
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    for waiter in waiters {
+        tokio::time::timeout(ms(10_000), waiter)
+            .await
+            .expect("granted")
+            .unwrap();
+    }
+    assert_eq!(
+        env.calls("subscribe").await,
+        2 * NAMES as u64,
+        "one SUBSCRIBE per channel"
+    );
+    eventually(ms(5_000), "every channel undone", || async {
+        channels(&env).await == 0
+    })
+    .await;
+    assert_eq!(
+        env.calls("unsubscribe").await,
+        2 * NAMES as u64,
+        "one UNSUBSCRIBE per channel"
+    );
+    eventually(
+        ms(5_000),
+        "the runtime's task count back to its baseline",
+        || async { metrics.num_alive_tasks() <= base_tasks },
+    )
+    .await;
+}
+
+/// How many channels anyone is subscribed to on the server.
+async fn channels(env: &Env) -> usize {
+    let mut raw = env.raw.clone();
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    channels.len()
+}
+
 /// A waiter id without a grant channel (a version before them) gets its grant on the lock's
 /// channel, which such waiters listen to.
 #[tokio::test]
