@@ -8,6 +8,7 @@ use crate::Config;
 use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};
 use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
+use crate::raw::raw_connection;
 use crate::report::{Report, Verdict, ms, verdict};
 use crate::threads::ThreadClock;
 
@@ -18,16 +19,78 @@ const MAX_WAIT_P99: Duration = Duration::from_millis(15);
 /// Every worker gets at least this share of the acquisitions it would get if all were equal.
 const MIN_SHARE: f64 = 0.5;
 
-/// A hand-off run and the CPU it took per hand-over, `(client µs, server µs)`: the client's
-/// threads (the blocking pool's sleeps included) and the redis-server process.
-async fn with_cpu(server_pid: u32, run: impl Future<Output = Handoff>) -> (Handoff, (f64, f64)) {
+/// What one hand-over cost: CPU µs in the client's threads (the blocking pool's sleeps
+/// included) and in the redis-server process, and the commands the server ran (those inside
+/// scripts counted one by one), of which script calls (`EVALSHA`).
+struct Cost {
+    client: f64,
+    server: f64,
+    commands: f64,
+    scripts: f64,
+}
+
+impl Cost {
+    fn text(&self) -> String {
+        format!(
+            "CPU per hand-over {:.0} µs client / {:.0} µs server, {:.1} Redis commands per \
+             hand-over ({:.1} of them script calls)",
+            self.client, self.server, self.commands, self.scripts
+        )
+    }
+}
+
+/// A hand-off run on the server at `url` (process `server_pid`), and what it cost per hand-over.
+async fn with_cost(
+    url: &str,
+    server_pid: u32,
+    run: impl Future<Output = Handoff>,
+) -> (Handoff, Cost) {
+    let mut raw = raw_connection(url).await;
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut raw)
+        .await
+        .expect("CONFIG RESETSTAT");
     let client = ThreadClock::start("self", None);
     let server = ThreadClock::start(&server_pid.to_string(), None);
     let run = run.await;
     let hand_overs = run.counts.iter().sum::<u64>().max(1) as f64;
     let per = |clock: &ThreadClock| clock.elapsed().0 as f64 / 1e3 / hand_overs;
-    let cpu = (per(&client), per(&server));
-    (run, cpu)
+    let (client, server) = (per(&client), per(&server));
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut raw)
+        .await
+        .expect("INFO commandstats");
+    let (mut commands, mut scripts) = (0, 0);
+    for line in stats.lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let calls: u64 = rest
+            .strip_prefix("calls=")
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        // The bench's own CONFIG RESETSTAT and INFO are not the hand-off's.
+        if name.starts_with("config") || name == "info" {
+            continue;
+        }
+        commands += calls;
+        if name == "evalsha" {
+            scripts += calls;
+        }
+    }
+    let cost = Cost {
+        client,
+        server,
+        commands: commands as f64 / hand_overs,
+        scripts: scripts as f64 / hand_overs,
+    };
+    (run, cost)
 }
 
 fn meets_targets(run: &Handoff) -> bool {
@@ -50,14 +113,15 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
     );
     for (letter, shape) in [('a', Shape::SharedLocker), ('b', Shape::SeparateLockers)] {
         let mut runs = Vec::new();
-        let mut cpus = Vec::new();
+        let mut costs = Vec::new();
         for k in 1..=RUNS {
-            let (run, cpu) = with_cpu(
+            let (run, cost) = with_cost(
+                &url,
                 server.pid(),
                 engine_handoff(&url, length, Pause::Precise, shape),
             )
             .await;
-            cpus.push(cpu);
+            costs.push(cost);
             report.row(
                 &format!("3{letter}.{k}"),
                 &format!(
@@ -86,14 +150,13 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         );
         let details: Vec<String> = runs
             .iter()
-            .zip(&cpus)
+            .zip(&costs)
             .enumerate()
-            .map(|(i, (r, (client, server)))| {
+            .map(|(i, (r, cost))| {
                 format!(
                     "run {}: per worker {:?}, wait p50/p99/max {}, longest waiter served {:.0}%, \
-                     mean / longest hold {} / {}, hand-over gap p50/p99/max {}, CPU per \
-                     hand-over {client:.0} µs client / {server:.0} µs server, machine stall {}, \
-                     overlapping holders {}",
+                     mean / longest hold {} / {}, hand-over gap p50/p99/max {}, {}, machine \
+                     stall {}, overlapping holders {}",
                     i + 1,
                     r.counts,
                     r.waits_text(),
@@ -101,6 +164,7 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
                     ms(r.mean_hold),
                     ms(r.longest_hold),
                     r.gaps_text(),
+                    cost.text(),
                     ms(r.stall),
                     r.overlaps
                 )
@@ -133,8 +197,12 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         ticked.counts,
         ticked.waits_text(),
     ));
-    let (floor, (floor_client, floor_server)) =
-        with_cpu(server.pid(), floor_handoff(&url, length, Pause::Precise)).await;
+    let (floor, floor_cost) = with_cost(
+        &url,
+        server.pid(),
+        floor_handoff(&url, length, Pause::Precise),
+    )
+    .await;
     report.row(
         "3d",
         "hand-off floor: a raw FIFO list + PUBLISH to the next waiter, 8 connections: util. / p99 / share",
@@ -147,11 +215,11 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
     report.note(format!(
         "3d: the same workload on the least a fair hand-off costs here (see handoff_floor.rs: no \
          eviction of a vanished waiter, no fences, no bounds, no renewal): wait p50/p99/max {}, \
-         hand-over gap p50/p99/max {}, mean hold {}, CPU per hand-over {floor_client:.0} µs client / \
-         {floor_server:.0} µs server, machine stall {}, overlapping holders {}",
+         hand-over gap p50/p99/max {}, mean hold {}, {}, machine stall {}, overlapping holders {}",
         floor.waits_text(),
         floor.gaps_text(),
         ms(floor.mean_hold),
+        floor_cost.text(),
         ms(floor.stall),
         floor.overlaps,
     ));
@@ -164,7 +232,8 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
          hold is in its note) lengthens the waits behind it. Hand-over gap: from one holder \
          calling release() to the next holder's acquire() returning. CPU per hand-over: this \
          process's threads (the blocking pool's sleeps included) and the redis-server's, over \
-         the run, per acquisition. Machine stall: the longest overrun \
+         the run, per acquisition; Redis commands per hand-over: from INFO commandstats over \
+         the run, a script's own calls counted one by one. Machine stall: the longest overrun \
          of a 5 ms sleep on a plain thread that touches neither tokio nor Redis, in that run; \
          a wait maximum far above the p99 next to a stall of about its excess was the \
          machine's, not the hand-off's. Polling baseline: per worker \
