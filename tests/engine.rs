@@ -1603,6 +1603,84 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
     .await;
 }
 
+/// The waiter queue's two keys expire by themselves once every waiter is gone (a backstop for
+/// waiters that vanished): the attempt that queues gives both an expiry of up to 4 of its
+/// graces, and never shortens a longer one (a waiter with a longer grace set it).
+#[tokio::test]
+async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry() {
+    let env = Env::start().await;
+    let waiting = env.second_locker().await;
+    for (name, longer) in [("expiry-new", false), ("expiry-longer", true)] {
+        let key = env.key(name);
+        let (queue, states) = (format!("{key}:waiters"), format!("{key}:waiters:state"));
+        let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+        if longer {
+            // Another waiter, first in line, with a grace of 30 s: its queue lives 2 minutes.
+            queue_waiter(&env, &key, "patient", "nonce 10000 30000").await;
+            for k in [&queue, &states] {
+                let mut raw = env.raw.clone();
+                let _: () = redis::cmd("PEXPIRE")
+                    .arg(k)
+                    .arg(120_000)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+            }
+        }
+        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
+        queued(&env, name, if longer { 2 } else { 1 }).await;
+        let grace: i64 = {
+            let mut raw = env.raw.clone();
+            let ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&queue)
+                .arg(-1)
+                .arg(-1)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let state: String = redis::cmd("HGET")
+                .arg(&states)
+                .arg(&ids[0])
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            state.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        for k in [&queue, &states] {
+            let pttl = env.pttl(k).await;
+            if longer {
+                assert!(pttl > 100_000, "{k}: shortened to {pttl} ms");
+            } else {
+                assert!(
+                    pttl > 0 && pttl <= 4 * grace,
+                    "{k}: {pttl} ms, grace {grace} ms"
+                );
+            }
+        }
+        if longer {
+            // The patient waiter is first: the release hands it the lock; let it go.
+            let mut raw = env.raw.clone();
+            let _: () = redis::pipe()
+                .cmd("ZREM")
+                .arg(&queue)
+                .arg("patient")
+                .ignore()
+                .cmd("HDEL")
+                .arg(&states)
+                .arg("patient")
+                .ignore()
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        holder.release().await.unwrap();
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("handed over")
+            .unwrap();
+    }
+}
+
 /// How many channels anyone is subscribed to on the server.
 async fn channels(env: &Env) -> usize {
     let mut raw = env.raw.clone();
