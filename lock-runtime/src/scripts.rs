@@ -306,7 +306,7 @@ end
 local line = redis.call('ZRANGE', queue, 0, 1)
 local head = line[1]
 if head then
-  local state = head and redis.call('HGET', queue .. ':state', head)
+  local state = redis.call('HGET', queue .. ':state', head)
   local nonce, grace = nil, nil
   if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
   local last = redis.pcall('GET', counter)
