@@ -8,7 +8,7 @@ use crate::Config;
 use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};
 use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
-use crate::raw::raw_connection;
+use crate::raw::{command_calls, raw_connection};
 use crate::report::{Report, Verdict, ms, verdict};
 use crate::threads::ThreadClock;
 
@@ -57,24 +57,8 @@ async fn with_cost(
     let hand_overs = run.counts.iter().sum::<u64>().max(1) as f64;
     let per = |clock: &ThreadClock| clock.elapsed().0 as f64 / 1e3 / hand_overs;
     let (client, server) = (per(&client), per(&server));
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw)
-        .await
-        .expect("INFO commandstats");
     let (mut commands, mut scripts) = (0, 0);
-    for line in stats.lines() {
-        let Some((name, rest)) = line
-            .strip_prefix("cmdstat_")
-            .and_then(|l| l.split_once(':'))
-        else {
-            continue;
-        };
-        let calls: u64 = rest
-            .strip_prefix("calls=")
-            .and_then(|r| r.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
+    for (name, calls) in command_calls(&mut raw).await {
         // The bench's own CONFIG RESETSTAT and INFO are not the hand-off's.
         if name.starts_with("config") || name == "info" {
             continue;
