@@ -207,13 +207,13 @@ impl Contender for PollingWorker {
 }
 
 pub(crate) async fn polling_handoff(url: &str, length: Duration, pause: Pause) -> Handoff {
+    // Scripts are the server's: loaded once, called on every connection.
+    let sha = load_script(&mut raw_connection(url).await, RELEASE_LUA).await;
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        let mut conn = raw_connection(url).await;
-        let sha = load_script(&mut conn, RELEASE_LUA).await;
         workers.push(PollingWorker {
-            conn,
-            sha,
+            conn: raw_connection(url).await,
+            sha: sha.clone(),
             w,
             taken: 0,
         });
