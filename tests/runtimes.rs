@@ -174,7 +174,10 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
                     tokio::spawn(async move { locker.acquire("runtimes:waited", &waits).await })
                 };
                 // The waiter queued: the release hands the lock over to it.
-                eventually(ms(2_000), "the waiter queued", || queued(&locker)).await;
+                eventually(ms(2_000), "the waiter queued", || {
+                    queued(&locker, "runtimes:waited")
+                })
+                .await;
                 let (_, grants) = support::first_waiter(&raw, &key).await;
                 eventually(ms(2_000), "the waiter listens for its grant", || async {
                     support::subscribers(&raw, &grants).await == 1
@@ -229,9 +232,9 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
 /// Hand-overs per runtime in the connections test.
 const HAND_OVERS: u64 = 5;
 
-/// Whether a waiter queued behind the holder.
-async fn queued(locker: &Locker) -> bool {
-    let info = locker.inspect("runtimes:waited").await;
+/// Whether a waiter queued behind the holder of `name`.
+async fn queued(locker: &Locker, name: &str) -> bool {
+    let info = locker.inspect(name).await;
     info.is_ok_and(|info| info.is_some_and(|info| !info.waiters.is_empty()))
 }
 
@@ -245,11 +248,7 @@ async fn hand_over(locker: &Locker, name: &'static str) {
             locker.acquire(name, &o).await
         })
     };
-    eventually(ms(2_000), "the waiter queued", || async {
-        let info = locker.inspect(name).await;
-        info.is_ok_and(|info| info.is_some_and(|info| !info.waiters.is_empty()))
-    })
-    .await;
+    eventually(ms(2_000), "the waiter queued", || queued(locker, name)).await;
     holder.release().await.unwrap();
     let lease = waiter.await.unwrap().expect("handed over");
     lease.release().await.unwrap();
