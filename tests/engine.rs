@@ -1540,7 +1540,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
     warm_up.release().await.unwrap();
     waiter.await.unwrap();
     eventually(ms(3_000), "the warm-up's channels undone", || async {
-        channels(&env).await == 0
+        env.pubsub_channels().await.is_empty()
     })
     .await;
     let names: Vec<String> = (0..NAMES).map(|i| format!("many:{i}")).collect();
@@ -1569,7 +1569,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
         .collect();
     // The fault: every waiter listens at once, on its lock's channel and on a grant channel.
     eventually(ms(10_000), "every waiter subscribed", || async {
-        channels(&env).await == 2 * NAMES
+        env.pubsub_channels().await.len() == 2 * NAMES
     })
     .await;
     for lease in held {
@@ -1587,7 +1587,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
         "one SUBSCRIBE per channel"
     );
     eventually(ms(5_000), "every channel undone", || async {
-        channels(&env).await == 0
+        env.pubsub_channels().await.is_empty()
     })
     .await;
     assert_eq!(
@@ -1679,17 +1679,6 @@ async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry(
             .expect("handed over")
             .unwrap();
     }
-}
-
-/// How many channels anyone is subscribed to on the server.
-async fn channels(env: &Env) -> usize {
-    let mut raw = env.raw.clone();
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    channels.len()
 }
 
 /// A waiter id without a grant channel (a version before them) gets its grant on the lock's

@@ -73,6 +73,11 @@ impl Env {
         subscribers(&self.raw, channel).await
     }
 
+    /// The channels anyone is subscribed to on the server (PUBSUB CHANNELS), sorted.
+    pub async fn pubsub_channels(&self) -> Vec<String> {
+        pubsub_channels(&self.raw).await
+    }
+
     pub async fn get(&self, key: &str) -> Option<String> {
         let mut raw = self.raw.clone();
         redis::cmd("GET")
@@ -155,6 +160,19 @@ pub async fn subscribers(raw: &MultiplexedConnection, channel: &str) -> i64 {
         .await
         .unwrap();
     n[0].1
+}
+
+/// The channels anyone is subscribed to on the server (PUBSUB CHANNELS), sorted, asked over
+/// `raw`.
+pub async fn pubsub_channels(raw: &MultiplexedConnection) -> Vec<String> {
+    let mut raw = raw.clone();
+    let mut channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    channels.sort();
+    channels
 }
 
 /// The id of the first waiter queued on `key`, and the grant channel it names
