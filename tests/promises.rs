@@ -8,28 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use lock_runtime::testing::{FaultProxy, RedisServer, ServerClock};
 use lock_runtime::{LockError, LockOptions, Locker, LostReason};
-use support::{Env, eventually, ms, opts, raw_connection};
+use support::{Env, calls, eventually, ms, opts, pubsub_channels, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
 
 async fn query<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
     let mut raw = raw_connection(url).await;
     cmd.query_async(&mut raw).await.unwrap()
-}
-
-/// How many times `command` ran on the server at `url` (INFO commandstats).
-async fn calls(url: &str, command: &str) -> u64 {
-    let info: String = query(url, redis::cmd("INFO").arg("commandstats")).await;
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
-async fn pubsub_channels(url: &str) -> Vec<String> {
-    let mut channels: Vec<String> = query(url, redis::cmd("PUBSUB").arg("CHANNELS")).await;
-    channels.sort();
-    channels
 }
 
 /// A locker that reaches `server` through a fault proxy, with its scripts already loaded (so
@@ -180,6 +164,8 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
             "every waiter was still waiting when dropped"
         );
     }
+    // The server's view, on a connection of the test's own (not through the proxy).
+    let raw = raw_connection(&server.url()).await;
     // The live waiter's channels: the lock's and its locker's grant channel (`:released:<id>`).
     let live_channel = format!("{}:released", slow.key_of("sub-live"));
     let only_live = |channels: &[String]| {
@@ -188,12 +174,12 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
     eventually(
         ms(3_000),
         "only the live waiter's channels are left",
-        || async { only_live(&pubsub_channels(&server.url()).await) },
+        || async { only_live(&pubsub_channels(&raw).await) },
     )
     .await;
     // The fault is real: cancelled waiters' SUBSCRIBEs reached the server (and
     // were undone).
-    let subscribes = calls(&server.url(), "subscribe").await;
+    let subscribes = calls(&raw, "subscribe").await;
     assert!(
         subscribes >= 10,
         "only {subscribes} SUBSCRIBEs reached the server"
@@ -203,7 +189,7 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
     sleep(ms(500)).await;
     let until = Instant::now() + ms(3_000);
     loop {
-        let now = pubsub_channels(&server.url()).await;
+        let now = pubsub_channels(&raw).await;
         if only_live(&now) {
             break;
         }
