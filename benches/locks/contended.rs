@@ -8,7 +8,7 @@ use crate::Config;
 use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};
 use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
-use crate::raw::{command_calls, raw_connection};
+use crate::raw::{command_calls, raw_connection, reads_stats, reset_stats};
 use crate::report::{Report, Verdict, ms, verdict};
 use crate::threads::ThreadClock;
 
@@ -46,11 +46,7 @@ async fn with_cost(
     run: impl Future<Output = Handoff>,
 ) -> (Handoff, Cost) {
     let mut raw = raw_connection(url).await;
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .expect("CONFIG RESETSTAT");
+    reset_stats(&mut raw).await;
     let client = ThreadClock::start("self", None);
     let server = ThreadClock::start(&server_pid.to_string(), None);
     let run = run.await;
@@ -59,8 +55,7 @@ async fn with_cost(
     let (client, server) = (per(&client), per(&server));
     let (mut commands, mut scripts) = (0, 0);
     for (name, calls) in command_calls(&mut raw).await {
-        // The bench's own CONFIG RESETSTAT and INFO are not the hand-off's.
-        if name.starts_with("config") || name == "info" {
+        if reads_stats(&name) {
             continue;
         }
         commands += calls;

@@ -2,7 +2,7 @@
 
 use crate::alloc::counting_allocs;
 use crate::cycle::{Cycle, Target, cycle_name, one_cycle};
-use crate::raw::command_stats;
+use crate::raw::{command_stats, reads_stats, reset_stats};
 use crate::threads::ThreadClock;
 
 /// Client heap allocations, client context switches and server commands (with the µs each call
@@ -10,11 +10,7 @@ use crate::threads::ThreadClock;
 pub(crate) async fn per_cycle_profile(t: &Target, kind: Cycle) -> String {
     const N: u64 = 1000;
     let mut raw = t.raw.clone();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
-        .await
-        .expect("RESETSTAT");
+    reset_stats(&mut raw).await;
     let name = cycle_name(kind, 999);
     let key = t.locker.key_of(&name);
     let clock = ThreadClock::start("self", None);
@@ -26,7 +22,7 @@ pub(crate) async fn per_cycle_profile(t: &Target, kind: Cycle) -> String {
     .await;
     let (_, switches) = clock.elapsed();
     let mut stats = command_stats(&mut raw).await;
-    stats.retain(|(name, _, _)| name != "config|resetstat" && name != "info");
+    stats.retain(|(name, _, _)| !reads_stats(name));
     stats.sort();
     let commands = stats
         .iter()

@@ -62,6 +62,21 @@ pub(crate) async fn raw_release(
     deleted == 1
 }
 
+/// Zeroes the server's command counts (CONFIG RESETSTAT), before a measured run.
+pub(crate) async fn reset_stats(conn: &mut MultiplexedConnection) {
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(conn)
+        .await
+        .expect("CONFIG RESETSTAT");
+}
+
+/// Whether `command` (as INFO commandstats names it) is one the bench sends to reset and read
+/// the counts, not part of what it measures.
+pub(crate) fn reads_stats(command: &str) -> bool {
+    command == "config|resetstat" || command == "info"
+}
+
 /// `(command, calls)` from INFO commandstats. Commands run by scripts are counted too.
 pub(crate) async fn command_calls(conn: &mut MultiplexedConnection) -> Vec<(String, u64)> {
     command_stats(conn)
