@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use redis::{ErrorKind, ServerErrorKind};
+
 /// Why a lock could not be taken or kept. Every variant names the lock.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -74,11 +76,9 @@ pub enum LockError {
         /// Replicas asked for.
         needed: usize,
     },
-    /// Talking to Redis failed (connection refused, timeout, unexpected reply).
-    #[error(
-        "{}Redis at {addr} failed: {source}; check that the server is up and reachable",
-        subject(name)
-    )]
+    /// Talking to Redis failed (connection refused, timeout, refused credentials, an error
+    /// reply). The message ends with what to do, where the error tells.
+    #[error("{}Redis at {addr} failed: {source}{}", subject(name), hint(source))]
     Redis {
         /// The lock's name (empty when connecting outside a lock call).
         name: String,
@@ -129,6 +129,84 @@ fn subject(name: &str) -> String {
         String::new()
     } else {
         format!("lock `{name}`: ")
+    }
+}
+
+/// What to do about a Redis error, as "; <advice>" to end its message, or nothing when the error
+/// does not tell.
+fn hint(source: &redis::RedisError) -> String {
+    advice(source.kind(), source.code(), &source.to_string())
+        .map(|advice| format!("; {advice}"))
+        .unwrap_or_default()
+}
+
+/// What to do about a Redis error of this kind, code (`WRONGPASS`, `OOM`..) and text. Only what
+/// the error shows: a refused password is not a server that is down, and a server that answers
+/// with an error is up.
+fn advice(kind: ErrorKind, code: Option<&str>, text: &str) -> Option<&'static str> {
+    let code = code.unwrap_or_default();
+    if kind == ErrorKind::AuthenticationFailed
+        || matches!(code, "WRONGPASS" | "NOAUTH")
+        // The server cuts off a client that sends a long command before authenticating.
+        || text.contains("unauthenticated")
+    {
+        return Some(
+            "check the user and password in the URL (`redis://user:password@host:port`, or \
+             `redis://:password@host:port` for the default user) against the server's \
+             `requirepass` or its ACL user (`ACL SETUSER`)",
+        );
+    }
+    if text.contains("SELECT is not allowed in cluster mode") {
+        return Some("a Redis Cluster has only database 0: drop the /db from the URLs");
+    }
+    if text.contains("DB index is out of range")
+        || text.contains("invalid DB index")
+        || text.contains("refused to switch database")
+    {
+        return Some(
+            "check the /db at the end of the URL: it must be below the server's `databases` \
+             setting (16 by default, so /0 to /15)",
+        );
+    }
+    match kind {
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            return Some(
+                "the URL's ACL user may not run this command or touch this key: grant it (`ACL \
+                 SETUSER`; `ACL LOG` shows what was refused), or use another user",
+            );
+        }
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+            return Some(
+                "the server is a read-only replica: point the URL at the primary, or use \
+                 `.sentinel(..)` to follow the primary across failovers",
+            );
+        }
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => {
+            return Some("the server is still loading its data set: retry once it has loaded");
+        }
+        ErrorKind::Server(
+            ServerErrorKind::ClusterDown | ServerErrorKind::MasterDown | ServerErrorKind::TryAgain,
+        ) => {
+            return Some(
+                "the cluster has no primary for this slot right now (a failover?): retry, and \
+                 check `CLUSTER INFO`",
+            );
+        }
+        ErrorKind::Io | ErrorKind::ClusterConnectionNotFound => {
+            return Some("check that the server is up and reachable");
+        }
+        _ => {}
+    }
+    match code {
+        "OOM" => Some(
+            "the server is full (`maxmemory`) and refuses writes: free memory or raise \
+             `maxmemory`",
+        ),
+        "MISCONF" => Some(
+            "the server refuses writes because it cannot save its snapshot: fix its disk or \
+             persistence settings (see the server's log)",
+        ),
+        _ => None,
     }
 }
 
@@ -191,5 +269,178 @@ impl From<LockError> for std::io::Error {
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The advice of each error, by kind, code and text: the words it must contain, or `None`
+    /// for an error that does not tell what to do.
+    #[test]
+    fn each_error_gets_advice_that_fits_it() {
+        use ServerErrorKind as S;
+        const CREDENTIALS: &str = "check the user and password in the URL";
+        const UP: &str = "check that the server is up and reachable";
+        let server = |kind| ErrorKind::Server(kind);
+        let table: &[(ErrorKind, Option<&str>, &str, Option<&str>)] = &[
+            (
+                ErrorKind::AuthenticationFailed,
+                None,
+                "Password authentication failed - AuthenticationFailed",
+                Some(CREDENTIALS),
+            ),
+            (
+                ErrorKind::Extension,
+                Some("WRONGPASS"),
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                Some(CREDENTIALS),
+            ),
+            (
+                ErrorKind::Extension,
+                Some("NOAUTH"),
+                "\"NOAUTH\": Authentication required.",
+                Some(CREDENTIALS),
+            ),
+            (
+                server(S::ResponseError),
+                Some("ERR"),
+                "ResponseError: Protocol error: unauthenticated multibulk length",
+                Some(CREDENTIALS),
+            ),
+            (
+                server(S::ResponseError),
+                Some("ERR"),
+                "Redis server refused to switch database - Server(ResponseError): DB index is \
+                 out of range",
+                Some("check the /db at the end of the URL"),
+            ),
+            (
+                server(S::ResponseError),
+                Some("ERR"),
+                "ResponseError: invalid DB index",
+                Some("`databases` setting"),
+            ),
+            (
+                server(S::ResponseError),
+                Some("ERR"),
+                "ResponseError: SELECT is not allowed in cluster mode",
+                Some("only database 0"),
+            ),
+            (
+                server(S::NoPerm),
+                Some("NOPERM"),
+                "NOPERM User app has no permissions to run the 'evalsha' command",
+                Some("ACL SETUSER"),
+            ),
+            (
+                server(S::ReadOnly),
+                Some("READONLY"),
+                "READONLY You can't write against a read only replica.",
+                Some("point the URL at the primary"),
+            ),
+            (
+                server(S::BusyLoading),
+                Some("LOADING"),
+                "LOADING Redis is loading the dataset in memory",
+                Some("still loading"),
+            ),
+            (
+                server(S::ClusterDown),
+                Some("CLUSTERDOWN"),
+                "CLUSTERDOWN The cluster is down",
+                Some("CLUSTER INFO"),
+            ),
+            (
+                ErrorKind::Extension,
+                Some("OOM"),
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                Some("raise `maxmemory`"),
+            ),
+            (
+                ErrorKind::Extension,
+                Some("MISCONF"),
+                "MISCONF Redis is configured to save RDB snapshots, but it's unable to persist",
+                Some("persistence settings"),
+            ),
+            (
+                ErrorKind::Io,
+                None,
+                "Connection refused (os error 111)",
+                Some(UP),
+            ),
+            (
+                ErrorKind::Io,
+                None,
+                "the server did not answer within 1s",
+                Some(UP),
+            ),
+            (
+                ErrorKind::ClusterConnectionNotFound,
+                None,
+                "no connection to any node",
+                Some(UP),
+            ),
+            // A server that answers with an error is up: no advice it does not fit.
+            (
+                server(S::ResponseError),
+                Some("ERR"),
+                "ERR Error running script",
+                None,
+            ),
+            (ErrorKind::Extension, Some("BUSYKEY"), "BUSYKEY", None),
+            (
+                ErrorKind::UnexpectedReturnType,
+                None,
+                "Response was of incompatible type",
+                None,
+            ),
+        ];
+        for (kind, code, text, expected) in table {
+            let got = advice(*kind, *code, text);
+            match (got, expected) {
+                (Some(got), Some(expected)) => assert!(got.contains(expected), "{text}: {got}"),
+                (None, None) => {}
+                _ => panic!("{text}: got {got:?}, expected {expected:?}"),
+            }
+        }
+    }
+
+    /// The message of a real redis-rs error ends with the advice, or with the error itself.
+    #[test]
+    fn the_message_ends_with_the_advice() {
+        let redis = |source: redis::RedisError| LockError::Redis {
+            name: "job".to_owned(),
+            addr: "127.0.0.1:7000".to_owned(),
+            source,
+        };
+        let refused = redis(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into());
+        assert!(
+            refused
+                .to_string()
+                .ends_with("; check that the server is up and reachable"),
+            "{refused}"
+        );
+        let auth = redis(redis::RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        )))
+        .to_string();
+        assert!(
+            auth.starts_with("lock `job`: Redis at 127.0.0.1:7000 failed: Password")
+                && auth.contains("; check the user and password in the URL")
+                && !auth.contains("up and reachable"),
+            "{auth}"
+        );
+        let other = redis(redis::RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "Response was of incompatible type",
+        )))
+        .to_string();
+        assert!(
+            other.ends_with("incompatible type - UnexpectedReturnType"),
+            "{other}"
+        );
     }
 }
