@@ -106,7 +106,7 @@ impl Acquirer {
         name: String,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
-        let keys = Keys::new(key);
+        let keys = self.quorum.keys(key);
         // One server and a wait: queue up, so that the lock goes to waiters in arrival order.
         let mut place = match self.quorum.queue_node() {
             Some(node) if !opts.wait().is_zero() => {

@@ -108,9 +108,12 @@ impl LockInfo {
 /// One server's view of a lock: `(value, pttl, fence counter, queue)`, or `None` if free.
 type View = Option<(String, i64, Option<String>, Vec<String>)>;
 
+/// Reads one server's view. Each reply is read on its own: a key of another type where a
+/// counter or a queue should be (another client's) reads as none, not as an error.
 async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
     let mut pipe = redis::pipe();
-    pipe.cmd("GET")
+    pipe.ignore_errors()
+        .cmd("GET")
         .arg(&keys.key)
         .cmd("PTTL")
         .arg(&keys.key)
@@ -120,17 +123,26 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
         .arg(keys.queue())
         .arg(0)
         .arg(-1);
-    let (value, pttl, fence, queue): (Value, i64, Option<String>, Vec<String>) = node
+    let replies: Vec<redis::RedisResult<Value>> = node
         .query_pipeline(&pipe)
         .await
         .map_err(|e| node.redis_error("", e))?;
+    let mut replies = replies.into_iter();
+    let value = replies.next();
+    let mut next = || replies.next().and_then(|r| r.ok());
+    let (pttl, fence, queue) = (next(), next(), next());
+    fn read<T: redis::FromRedisValue>(v: Option<Value>) -> Option<T> {
+        v.and_then(|v| redis::from_redis_value(v).ok())
+    }
+    let pttl: i64 = read(pttl).unwrap_or(-1);
+    let (fence, queue) = (read(fence), read(queue).unwrap_or_default());
     Ok(match value {
-        Value::Nil => None,
-        Value::BulkString(b) => {
+        None | Some(Ok(Value::Nil)) => None,
+        Some(Ok(Value::BulkString(b))) => {
             Some((String::from_utf8_lossy(&b).into_owned(), pttl, fence, queue))
         }
-        // Not a string key: not a lock this library could hold.
-        other => Some((format!("{other:?}"), pttl, fence, queue)),
+        // Not a string key (`GET` refused it): not a lock this library could hold.
+        Some(_) => Some(("(not a string)".to_owned(), pttl, fence, queue)),
     })
 }
 
@@ -140,7 +152,7 @@ impl Locker {
     /// On Redlock, the value a majority of nodes hold (with the least time left among them).
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let key = self.key_of(name);
-        let keys = Keys::new(key.clone());
+        let keys = self.acquirer().quorum.keys(key.clone());
         let quorum = &self.acquirer().quorum;
         let views =
             crate::fanout::join_all_values(quorum.nodes().iter().map(|n| view(n, &keys))).await;
@@ -207,8 +219,8 @@ impl Locker {
     /// meanwhile (nothing was touched). The holder, if alive, learns at its next renewal that
     /// it lost the lock, and its body is cancelled.
     pub async fn force_release(&self, name: &str, value: &str) -> Result<bool, LockError> {
-        let key = self.key_of(name);
         let quorum = &self.acquirer().quorum;
+        let keys = quorum.keys(self.key_of(name));
         let how = Release {
             keep_ms: 0,
             always_publish: quorum.nodes().len() > 1,
@@ -218,7 +230,7 @@ impl Locker {
             look_at_queue: true,
         };
         let results = crate::fanout::join_all_values(
-            quorum.nodes().iter().map(|n| n.release(&key, value, &how)),
+            quorum.nodes().iter().map(|n| n.release(&keys, value, &how)),
         )
         .await;
         let mut deleted = 0;

@@ -3,23 +3,38 @@
 use crate::LockError;
 
 /// The Redis names of one lock: its key, and the names derived from it (fence counter, release
-/// channel, waiter queue). All share the key's `{hash tag}`, so one script can touch them all on
-/// Redis Cluster. The derived names are written straight into commands (no string per name).
+/// channel, waiter queue). The derived names are written straight into commands (no string per
+/// name).
+///
+/// With hash-tagged keys (`<prefix>{<name>}`) a derived name is the key and a suffix: every name
+/// shares the key's `{hash tag}`, so one script can touch them all on Redis Cluster, and no lock
+/// name (which cannot contain a brace) can reach them. A plain key (`<prefix><name>`) can be any
+/// string under the prefix, so its derived names are `{<key>}` and a suffix: outside the prefix,
+/// where no plain lock key (of this library or of another client) can reach them.
 #[derive(Debug, Clone)]
 pub(crate) struct Keys {
     pub(crate) key: String,
+    /// The derived names are `{<key>}<suffix>` (plain keys) rather than `<key><suffix>`.
+    braced: bool,
 }
 
-/// A name derived from a lock key: the key and a suffix.
+/// A name derived from a lock key: the key (braced for a plain key) and a suffix.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Derived<'a> {
     key: &'a str,
+    braced: bool,
     suffix: &'static str,
 }
 
 impl std::fmt::Display for Derived<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.key)?;
+        if self.braced {
+            f.write_str("{")?;
+            f.write_str(self.key)?;
+            f.write_str("}")?;
+        } else {
+            f.write_str(self.key)?;
+        }
         f.write_str(self.suffix)
     }
 }
@@ -27,54 +42,54 @@ impl std::fmt::Display for Derived<'_> {
 impl redis::ToRedisArgs for Derived<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         use std::io::Write;
-        // Two plain copies into the command's buffer: no formatting machinery, no string.
+        // Plain copies into the command's buffer: no formatting machinery, no string.
         let mut arg = out.writer_for_next_arg();
-        let _ = arg.write_all(self.key.as_bytes());
+        if self.braced {
+            let _ = arg.write_all(b"{");
+            let _ = arg.write_all(self.key.as_bytes());
+            let _ = arg.write_all(b"}");
+        } else {
+            let _ = arg.write_all(self.key.as_bytes());
+        }
         let _ = arg.write_all(self.suffix.as_bytes());
     }
 }
 
-fn derived<'a>(key: &'a str, suffix: &'static str) -> Derived<'a> {
-    Derived { key, suffix }
-}
-
-/// The release channel of the lock with key `key`.
-pub(crate) fn channel_of(key: &str) -> Derived<'_> {
-    derived(key, ":released")
-}
-
-/// The fence counter of the lock with key `key`.
-pub(crate) fn fence_of(key: &str) -> Derived<'_> {
-    derived(key, ":fence")
-}
-
-/// The waiter queue of the lock with key `key`.
-pub(crate) fn queue_of(key: &str) -> Derived<'_> {
-    derived(key, ":waiters")
-}
-
 impl Keys {
-    pub(crate) fn new(key: String) -> Self {
-        Self { key }
+    pub(crate) fn new(key: String, format: KeyFormat) -> Self {
+        Self {
+            key,
+            braced: format == KeyFormat::Plain,
+        }
     }
 
     fn derived(&self, suffix: &'static str) -> Derived<'_> {
-        derived(&self.key, suffix)
+        Derived {
+            key: &self.key,
+            braced: self.braced,
+            suffix,
+        }
+    }
+
+    /// Whether the derived names are named after the key as Redis scripts name them by default
+    /// (`<key>:fence`, `<key>:waiters`): then a script needs only the key.
+    pub(crate) fn derived_by_suffix(&self) -> bool {
+        !self.braced
     }
 
     /// The fence counter.
     pub(crate) fn fence(&self) -> Derived<'_> {
-        fence_of(&self.key)
+        self.derived(":fence")
     }
 
     /// The channel a release is published on.
     pub(crate) fn channel(&self) -> Derived<'_> {
-        channel_of(&self.key)
+        self.derived(":released")
     }
 
     /// Waiters in arrival order (a sorted set scored by arrival number).
     pub(crate) fn queue(&self) -> Derived<'_> {
-        queue_of(&self.key)
+        self.derived(":waiters")
     }
 
     /// Each queued waiter's last attempt nonce and grace (a hash).
@@ -123,10 +138,8 @@ impl KeyFormat {
                 let inner = rest.strip_prefix('{')?.strip_suffix('}')?;
                 (!inner.contains('}')).then(|| inner.to_owned())
             }
-            Self::Plain => {
-                let derived = [":fence", ":waiters", ":waiters:state"];
-                (!derived.iter().any(|d| rest.ends_with(d))).then(|| rest.to_owned())
-            }
+            // Every key under the prefix is a lock key: the derived keys are outside it.
+            Self::Plain => Some(rest.to_owned()),
         }
     }
 
@@ -180,16 +193,73 @@ mod tests {
         ] {
             assert_eq!(format.key("lock:", "invoice:1"), key);
             assert_eq!(format.name_of("lock:", key).as_deref(), Some("invoice:1"));
-            for derived in [":fence", ":waiters", ":waiters:state"] {
-                assert_eq!(format.name_of("lock:", &format!("{key}{derived}")), None);
+            let keys = Keys::new(key.to_owned(), format);
+            for derived in [keys.fence(), keys.queue(), keys.queue_states()] {
+                assert_eq!(format.name_of("lock:", &derived.to_string()), None);
             }
             assert_eq!(format.name_of("other:", key), None);
         }
     }
 
+    /// The names of one lock: its key and every derived key.
+    fn key_set(format: KeyFormat, prefix: &str, name: &str) -> Vec<String> {
+        let keys = Keys::new(format.key(prefix, name), format);
+        let mut out = vec![keys.key.clone()];
+        out.extend([keys.fence(), keys.queue(), keys.queue_states()].map(|d| d.to_string()));
+        out
+    }
+
+    #[test]
+    fn no_lock_name_reaches_another_locks_keys() {
+        // Names built from the pieces that could collide: suffixes the engine uses, braces,
+        // separators, and other names' keys.
+        let pieces = [
+            "",
+            "job",
+            ":fence",
+            ":waiters",
+            ":waiters:state",
+            ":released",
+            "{",
+            "}",
+            "{job}",
+            "lock:",
+            ":",
+            "a",
+        ];
+        let mut names: Vec<String> = Vec::new();
+        for a in pieces {
+            for b in pieces {
+                for c in ["", ":fence", "}:fence", "job"] {
+                    names.push(format!("{a}{b}{c}"));
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        for format in [KeyFormat::HashTagged, KeyFormat::Plain] {
+            let mut owner: std::collections::HashMap<String, &str> = Default::default();
+            let mut checked = 0;
+            for name in names.iter().filter(|n| check_name(n, format).is_ok()) {
+                for key in key_set(format, "lock:", name) {
+                    if let Some(other) = owner.insert(key.clone(), name) {
+                        panic!("{format:?}: `{name}` and `{other}` both use key `{key}`");
+                    }
+                }
+                // A client that writes plain keys under the prefix (the article's Python
+                // code, redis-py's `Lock`) never writes a derived key.
+                for derived in &key_set(format, "lock:", name)[1..] {
+                    assert!(!derived.starts_with("lock:") || format == KeyFormat::HashTagged);
+                }
+                checked += 1;
+            }
+            assert!(checked >= 200, "{format:?}: {checked} names");
+        }
+    }
+
     #[test]
     fn every_key_shares_the_hash_tag() {
-        let keys = Keys::new("lock:{job}".into());
+        let keys = Keys::new("lock:{job}".into(), KeyFormat::HashTagged);
         for k in [
             keys.fence(),
             keys.channel(),

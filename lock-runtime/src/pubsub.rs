@@ -410,12 +410,12 @@ impl Notifications {
 
     /// Wakes this process's waiters on the lock `key` at once (`wake` says which): it was just
     /// released through this server (its release message reaches the others).
-    pub(crate) fn released_here(&self, key: &str, wake: Wake) {
+    pub(crate) fn released_here(&self, keys: &crate::keys::Keys, wake: Wake) {
         let channels = self.channels.lock().expect("channels lock");
         if channels.is_empty() {
             return;
         }
-        if let Some(channel) = channels.get(&crate::keys::channel_of(key).to_string()) {
+        if let Some(channel) = channels.get(&keys.channel().to_string()) {
             channel.wake(wake);
         }
     }

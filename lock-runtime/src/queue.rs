@@ -225,7 +225,7 @@ mod tests {
         };
         let node =
             Arc::new(Node::direct(&server.url(), settings, None, 0, Default::default()).unwrap());
-        let keys = Keys::new("lock:{q}".to_owned());
+        let keys = Keys::new("lock:{q}".to_owned(), crate::KeyFormat::HashTagged);
         let suffix = crate::holder::suffix(None);
         let holder = crate::holder::value(&suffix);
         assert!(matches!(
@@ -243,11 +243,7 @@ mod tests {
         ));
         // The next attempt is made but never reaches the server.
         let _ = place.join(&crate::holder::value(&suffix));
-        assert!(
-            node.release(&keys.key, &holder, &Release::UNDO)
-                .await
-                .unwrap()
-        );
+        assert!(node.release(&keys, &holder, &Release::UNDO).await.unwrap());
         let client = redis::Client::open(server.url()).unwrap();
         let mut raw = client.get_multiplexed_async_connection().await.unwrap();
         let value: Option<String> = redis::cmd("GET")

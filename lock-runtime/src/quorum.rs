@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::deadlines::Deadlines;
 use crate::fanout::Fanout;
-use crate::keys::Keys;
+use crate::keys::{KeyFormat, Keys};
 use crate::node::{
     AcquireReply, AcquireRequest, FastReply, FenceReply, Node, Release, RenewReply, Waiter,
 };
@@ -31,6 +31,8 @@ pub(crate) struct Quorum {
     needed: usize,
     /// How long an unused fence counter is kept; 0 forever.
     fence_retention_ms: u64,
+    /// How lock names become keys (and so where the derived keys live).
+    key_format: KeyFormat,
 }
 
 /// Acquire requests still out when an attempt was decided.
@@ -108,13 +110,23 @@ impl Tally {
 }
 
 impl Quorum {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, fence_retention_ms: u64) -> Self {
+    pub(crate) fn new(
+        nodes: Vec<Arc<Node>>,
+        fence_retention_ms: u64,
+        key_format: KeyFormat,
+    ) -> Self {
         let needed = nodes.len() / 2 + 1;
         Self {
             nodes,
             needed,
             fence_retention_ms,
+            key_format,
         }
+    }
+
+    /// The Redis names of the lock whose key is `key`.
+    pub(crate) fn keys(&self, key: String) -> Keys {
+        Keys::new(key, self.key_format)
     }
 
     /// The locker's schedule of request bounds (its nodes share one).
@@ -317,7 +329,7 @@ impl Quorum {
                     // waiters queued, it hands the lock to the first of them).
                     if taken {
                         let how = self.cleanup(0);
-                        let _ = Box::pin(node.release(&keys.key, ask.token, &how)).await;
+                        let _ = Box::pin(node.release(keys, ask.token, &how)).await;
                     }
                 }
                 Err(e) => {
@@ -548,7 +560,7 @@ impl Quorum {
     /// the lease; but if the lease already ended, its release may have reached that server
     /// before our SET did, so the key is released again there.
     pub(crate) async fn settle_late_grants(&self, lease: Arc<LeaseState>, mut late: Late) {
-        let keys = Keys::new(lease.key.clone());
+        let keys = self.keys(lease.key.clone());
         while let Some((i, reply)) = late.next_late().await {
             if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
                 release_quietly(
@@ -617,7 +629,7 @@ impl Quorum {
         if fence != 0 {
             return Ok(fence);
         }
-        let keys = Keys::new(lease.key.clone());
+        let keys = self.keys(lease.key.clone());
         let limit = node.response_timeout();
         match node
             .fence_held(&keys, &lease.token, self.fence_retention_ms, limit)
@@ -628,11 +640,11 @@ impl Quorum {
                 lease.mark_lost(LostReason::NotOwner);
                 Err(lease.lost_error(LostReason::NotOwner))
             }
-            Ok(FenceReply::NotACounter(detail)) => Err(LockError::config(
+            Ok(FenceReply::Unusable(why)) => Err(LockError::config(
                 &lease.name,
                 format!(
-                    "fence counter `{}` is not an integer counter ({detail}); it was left \
-                     untouched; use another lock name or key prefix",
+                    "fence counter `{}` {why}; it was left untouched; use another lock name or \
+                     key prefix",
                     keys.fence()
                 ),
             )),
@@ -652,7 +664,8 @@ impl Quorum {
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let [node] = self.nodes.as_slice() {
-            let mut out = node.release(&lease.key, &lease.token, &how).await;
+            let keys = self.keys(lease.key.clone());
+            let mut out = node.release(&keys, &lease.token, &how).await;
             if let Err(dropped) = &out
                 && dropped.is_connection_dropped()
             {
@@ -660,7 +673,7 @@ impl Quorum {
                 // redis-rs is making it again: once more. Compare-and-delete twice is harmless.
                 // If the second finds the key not ours, the first may have run after all: the
                 // connection failure is the honest answer, not a lost lease.
-                out = match node.release(&lease.key, &lease.token, &how).await {
+                out = match node.release(&keys, &lease.token, &how).await {
                     Ok(false) => out,
                     again => again,
                 };
@@ -676,8 +689,12 @@ impl Quorum {
         let replies = {
             let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
                 let node = Arc::clone(node);
-                let (key, token, how) = (lease.key.clone(), lease.token.clone(), Arc::clone(&how));
-                async move { node.release(&key, &token, &how).await }
+                let (keys, token, how) = (
+                    self.keys(lease.key.clone()),
+                    lease.token.clone(),
+                    Arc::clone(&how),
+                );
+                async move { node.release(&keys, &token, &how).await }
             }));
             fanout
                 .until(|replies| {
@@ -787,7 +804,7 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewRep
 /// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and
 /// left to the key's ttl.
 async fn release_quietly(node: &Node, keys: &Keys, token: &str, how: &Release) {
-    if let Err(e) = node.release(&keys.key, token, how).await {
+    if let Err(e) = node.release(keys, token, how).await {
         tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
     }
 }

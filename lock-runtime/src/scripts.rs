@@ -26,6 +26,29 @@ macro_rules! ours {
     };
 }
 
+/// The largest fence: the largest integer a Lua number (a double) holds exactly. A counter at or
+/// above it gives no more fences (an error, never a smaller fence).
+pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
+
+/// Lua: `unusable(last)`, why the fence counter's `GET` (by `pcall`) `last` cannot give the next
+/// fence (another type, not an integer, or at [`MAX_FENCE`]); nil when it can.
+macro_rules! unusable_counter {
+    () => {
+        r"local function unusable(last)
+  if type(last) == 'table' then return 'holds a value of another type, not an integer counter' end
+  if not last then return nil end
+  local n = tonumber(last)
+  if not n or n < 0 or n ~= math.floor(n) then
+    return 'holds ' .. last .. ', not an integer counter'
+  end
+  if n >= 9007199254740991 then
+    return 'is at ' .. last .. ', at or above the largest fence (2^53 - 1): fences cannot go higher'
+  end
+end
+"
+    };
+}
+
 /// Lua, for the acquire scripts once the key is taken: the fence `max(counter + 1, floor)` from
 /// `last` (the counter's `GET`, checked to be a number or nil), written to the counter (KEYS[2],
 /// kept ARGV[4] ms, 0: forever) and returned as `{1, fence}`. ARGV[3] is the floor's quantum
@@ -58,7 +81,8 @@ macro_rules! take_fence {
 ///
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
 /// the lock is free, or handed to another waiter, and that waiter is first in line; `{-1, type}`
-/// when the key holds another type, `{-2, error}` when the fence counter is not a counter.
+/// when the key holds another type, `{-2, why}` when the fence counter cannot give a fence
+/// (see `unusable_counter!`).
 ///
 /// This is the path of waiters and of Redlock; an uncontended caller on one server takes the
 /// lock with plain commands (see `Node::acquire_fast`). Waiters queue in arrival order (a sorted
@@ -87,6 +111,7 @@ macro_rules! take_fence {
 /// the second of a restart or save (`LASTSAVE`), where the exact clock is used.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        unusable_counter!(),
         r"
 local waiter = ARGV[5] or ''
 -- A value with the waiters' mark set (see `holder.rs`); nil for one without the mark's field.
@@ -117,9 +142,8 @@ local handed = cur and waiter ~= '' and
   (cur == '~' .. waiter or (previous ~= '' and (cur == previous or cur == marked(previous))))
 if handed or (not cur and not first) then
   local last = redis.pcall('GET', KEYS[2])
-  if type(last) == 'table' or (last and not tonumber(last)) then
-    return {-2, type(last) == 'table' and last.err or last}
-  end
+  local why = unusable(last)
+  if why then return {-2, why} end
   local value = ARGV[1]
   if waiter ~= '' then
     redis.call('ZREM', KEYS[3], waiter)
@@ -179,6 +203,7 @@ return {0, pttl}
 /// script's time.
 pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        unusable_counter!(),
         r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if type(redis.pcall('GET', KEYS[1])) == 'table' then
@@ -187,9 +212,10 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {0, redis.call('PTTL', KEYS[1])}
 end
 local last = redis.pcall('GET', KEYS[2])
-if type(last) == 'table' or (last and not tonumber(last)) then
+local why = unusable(last)
+if why then
   redis.call('DEL', KEYS[1])
-  return {-2, type(last) == 'table' and last.err or last}
+  return {-2, why}
 end
 ",
         take_fence!(),
@@ -265,6 +291,7 @@ return out
 ///   nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        unusable_counter!(),
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
@@ -281,12 +308,16 @@ end
 local retention, record = ARGV[2] or '",
         default_retention_ms!(),
         r"', ARGV[3] or '0'
+local counter = KEYS[3] or key .. ':fence'
+-- Only ever raised, and only on a counter (a value this script did not write stays as it is).
 if record ~= '0' then
-  local counter = KEYS[3] or key .. ':fence'
-  if retention ~= '0' then
-    redis.call('SET', counter, record, 'PX', retention)
-  else
-    redis.call('SET', counter, record)
+  local last = redis.pcall('GET', counter)
+  if not unusable(last) and (tonumber(last) or 0) < tonumber(record) then
+    if retention ~= '0' then
+      redis.call('SET', counter, record, 'PX', retention)
+    else
+      redis.call('SET', counter, record)
+    end
   end
 end
 if short then
@@ -294,7 +325,8 @@ if short then
   return 1
 end
 local queue = KEYS[2] or key .. ':waiters'
-local counter = KEYS[3] or key .. ':fence'
+-- The channels are named as the queue is: the queue's name without `:waiters`.
+local channel = string.sub(queue, 1, -9) .. ':released'
 local publish = ARGV[4] or 'PUBLISH'
 local keep = tonumber(ARGV[5] or '0')
 if keep > 0 then
@@ -310,7 +342,7 @@ if head then
   local nonce, grace = nil, nil
   if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
   local last = redis.pcall('GET', counter)
-  if type(last) == 'table' or (last and not tonumber(last)) then nonce = nil end
+  if unusable(last) then nonce = nil end
   if nonce then
     redis.call('ZREM', queue, head)
     redis.call('HDEL', queue .. ':state', head)
@@ -329,21 +361,21 @@ if head then
     end
     local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
     local via = string.match(head, ';grants=(%w+)$')
-    redis.call(publish, key .. ':released' .. (via and ':' .. via or ''), grant)
+    redis.call(publish, channel .. (via and ':' .. via or ''), grant)
     return grant
   end
   if state and string.match(state, '^%S+ %d+$') then
     local grace = string.match(state, ' (%d+)$')
     redis.call('SET', key, '~' .. head, 'PX', grace)
-    redis.call(publish, key .. ':released', '~' .. head)
+    redis.call(publish, channel, '~' .. head)
     return '~' .. head
   end
   redis.call('DEL', key)
-  redis.call(publish, key .. ':released', token)
+  redis.call(publish, channel, token)
   return 1
 end
 redis.call('DEL', key)
-if ARGV[6] == '1' then redis.call(publish, key .. ':released', token) end
+if ARGV[6] == '1' then redis.call(publish, channel, token) end
 return 1
 ",
     ))
@@ -395,6 +427,7 @@ pub(crate) fn evalsha(script: &Script, numkeys: usize, args: usize, bytes: usize
 /// number.
 pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        unusable_counter!(),
         r"
 local value, token = redis.pcall('GET', KEYS[1]), ARGV[1]
 if not ",
@@ -403,9 +436,8 @@ if not ",
   return {0}
 end
 local last = redis.pcall('GET', KEYS[2])
-if type(last) == 'table' or (last and not tonumber(last)) then
-  return {-2, type(last) == 'table' and last.err or last}
-end
+local why = unusable(last)
+if why then return {-2, why} end
 local t = redis.call('TIME')
 local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local f = string.format('%d', fence)
@@ -420,13 +452,16 @@ return {1, fence}
 });
 
 /// KEYS: fence. ARGV: a fence value, retention ms (0: forever). Raises the counter to the value
-/// if it is lower (Redlock).
+/// if it is lower (Redlock). Returns 1; `{-2, why}` when the key is not a counter it can raise
+/// (then it is left as it is).
 pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
+        unusable_counter!(),
         r"
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-local wanted = tonumber(ARGV[1])
-if current < wanted then
+local last = redis.pcall('GET', KEYS[1])
+local why = unusable(last)
+if why then return {-2, why} end
+if (tonumber(last) or 0) < tonumber(ARGV[1]) then
   if ARGV[2] ~= '0' then
     redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   else
@@ -435,7 +470,7 @@ if current < wanted then
 end
 return 1
 ",
-    )
+    ))
 });
 
 #[cfg(test)]

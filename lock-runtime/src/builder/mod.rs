@@ -172,7 +172,9 @@ impl LockerBuilder {
 
     /// How names become keys (default [`KeyFormat::HashTagged`], `<prefix>{<name>}`).
     /// [`KeyFormat::Plain`] writes exactly `<prefix><name>`, to share locks with clients that
-    /// write that key themselves; it is refused on a Redis Cluster.
+    /// write that key themselves; it is refused on a Redis Cluster, and needs a prefix (not
+    /// starting with `{`). Its fence counter and waiter queue are `{<prefix><name>}:fence` and
+    /// `{<prefix><name>}:waiters`: no plain key (of this library or another client) can be one.
     #[must_use]
     pub fn key_format(mut self, format: KeyFormat) -> Self {
         self.key_format = format;
@@ -225,7 +227,7 @@ impl LockerBuilder {
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
         let cluster = matches!(self.deployment, Deployment::Cluster(_));
-        check_format(cluster, self.key_format)?;
+        check_format(cluster, self.key_format, &self.prefix)?;
         let tls = self.tls_root_cert.as_deref();
         let (settings, replicas) = (self.settings, self.replicas);
         // One schedule of request bounds for the locker (see `deadlines`).
@@ -270,7 +272,11 @@ impl LockerBuilder {
         let suffix = crate::holder::suffix(self.label.as_deref());
         // Plain keys may be held by clients that never publish their release: poll too.
         let poll = (self.key_format == KeyFormat::Plain).then_some(PLAIN_KEY_POLL);
-        let acquirer = Acquirer::new(Arc::new(Quorum::new(nodes, retention_ms)), suffix, poll);
+        let acquirer = Acquirer::new(
+            Arc::new(Quorum::new(nodes, retention_ms, self.key_format)),
+            suffix,
+            poll,
+        );
         Ok(Locker::new(acquirer, self.prefix, self.key_format))
     }
 
@@ -291,7 +297,19 @@ impl LockerBuilder {
 const PLAIN_KEY_POLL: Duration = Duration::from_millis(20);
 
 /// A Redis Cluster needs hash-tagged keys.
-fn check_format(cluster: bool, format: KeyFormat) -> Result<(), LockError> {
+fn check_format(cluster: bool, format: KeyFormat, prefix: &str) -> Result<(), LockError> {
+    if format == KeyFormat::Plain && (prefix.is_empty() || prefix.starts_with('{')) {
+        // A plain lock's fence counter and queue are `{<key>}:fence` and the like: out of reach
+        // of every plain key only while those keys start with a prefix that is not a `{`.
+        return Err(LockError::config(
+            "",
+            format!(
+                "KeyFormat::Plain needs a key prefix that is not empty and does not start with \
+                 `{{` (given {prefix:?}): the lock's fence counter and queue are kept under \
+                 `{{<key>}}`, where no plain key may reach them; use a prefix such as \"lock:\""
+            ),
+        ));
+    }
     if cluster && format == KeyFormat::Plain {
         return Err(LockError::config(
             "",
@@ -361,7 +379,19 @@ mod tests {
             err.contains("KeyFormat::Plain is refused on a Redis Cluster"),
             "{err}"
         );
-        assert!(check_format(false, KeyFormat::Plain).is_ok());
-        assert!(check_format(true, KeyFormat::HashTagged).is_ok());
+        assert!(check_format(false, KeyFormat::Plain, "lock:").is_ok());
+        assert!(check_format(true, KeyFormat::HashTagged, "lock:").is_ok());
+    }
+
+    #[test]
+    fn plain_keys_need_a_prefix_their_derived_keys_are_outside_of() {
+        for prefix in ["", "{app}:"] {
+            let err = check_format(false, KeyFormat::Plain, prefix)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("needs a key prefix"), "{prefix:?}: {err}");
+        }
+        // Hash-tagged keys need none: no lock name holds a brace.
+        assert!(check_format(false, KeyFormat::HashTagged, "").is_ok());
     }
 }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::{Node, Release, Waiter};
 use crate::keys::Keys;
-use crate::scripts::{self, evalsha};
+use crate::scripts::{self, MAX_FENCE, evalsha};
 
 /// What one acquire attempt sends besides the keys.
 pub(crate) struct AcquireRequest<'a> {
@@ -116,7 +116,7 @@ impl Node {
         Ok(match reply.first().and_then(int) {
             Some(1) => match acked {
                 Some(acked) if acked < self.replicas => {
-                    Box::pin(self.undo_unreplicated(key, req.token)).await;
+                    Box::pin(self.undo_unreplicated(keys, req.token)).await;
                     AcquireReply::NotReplicated { acked }
                 }
                 _ => AcquireReply::Taken {
@@ -141,7 +141,7 @@ impl Node {
             },
             _ => AcquireReply::Foreign {
                 detail: format!(
-                    "fence counter `{}` is not an integer counter ({}); it was left untouched",
+                    "fence counter `{}` {}; it was left untouched",
                     keys.fence(),
                     text(reply.get(1))
                 ),
@@ -151,9 +151,9 @@ impl Node {
 
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
     /// a failover could lose it and let a second holder in.
-    async fn undo_unreplicated(&self, key: &str, token: &str) {
-        if let Err(e) = self.release(key, token, &Release::UNDO).await {
-            tracing::debug!(node = %self.addr, key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
+    async fn undo_unreplicated(&self, keys: &Keys, token: &str) {
+        if let Err(e) = self.release(keys, token, &Release::UNDO).await {
+            tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
         }
     }
 
@@ -238,7 +238,7 @@ impl Node {
             && acked < self.replicas
         {
             // Boxed (rare): the uncontended path's future stays small.
-            Box::pin(self.undo_unreplicated(key, token)).await;
+            Box::pin(self.undo_unreplicated(keys, token)).await;
             return Ok(FastReply::NotReplicated { acked });
         }
         Ok(match (parsed.previous, parsed.fence) {
@@ -287,7 +287,9 @@ impl FastReplies {
                 Value::Nil => Some(0),
                 Value::BulkString(bytes) => std::str::from_utf8(&bytes)
                     .ok()
-                    .and_then(|s| s.parse::<u64>().ok()),
+                    .and_then(|s| s.parse::<u64>().ok())
+                    // At the largest fence: the script reports it.
+                    .filter(|&last| last < MAX_FENCE),
                 _ => None,
             };
             counter.map(|last| (last + 1).max(secs * 1_000_000 + micros))
@@ -306,7 +308,7 @@ impl FastReplies {
     }
 }
 
-fn value_text(value: &Value) -> String {
+pub(super) fn value_text(value: &Value) -> String {
     match value {
         Value::SimpleString(s) => s.clone(),
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),

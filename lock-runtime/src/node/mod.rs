@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{
-    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisResult, Script, ServerErrorKind, Value,
+    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
 };
 
 use crate::LockError;
@@ -21,6 +22,7 @@ use crate::link::{Conn, Link, Observed};
 use crate::pubsub::{Notifications, Source, Subscription, Wake};
 use crate::scripts::{self, evalsha};
 use crate::sentinel::SentinelLink;
+use acquire::value_text;
 
 mod acquire;
 mod reads;
@@ -46,7 +48,7 @@ pub(crate) enum FenceReply {
     /// The key no longer holds the lease's token: nothing was changed.
     NotOurs,
     /// The counter holds something else than a number (left untouched).
-    NotACounter(String),
+    Unusable(String),
 }
 
 /// How a release goes.
@@ -375,12 +377,12 @@ impl Node {
         // Out of the queue: nothing is granted to this waiter from now on. A lock granted or
         // handed to it meanwhile goes on to the next one (or is freed).
         for token in attempts.into_iter().flatten() {
-            if self.release(&keys.key, token, &Release::UNDO).await? {
+            if self.release(keys, token, &Release::UNDO).await? {
                 return Ok(());
             }
         }
         let handed = format!("~{waiter}");
-        self.release(&keys.key, &handed, &Release::UNDO)
+        self.release(keys, &handed, &Release::UNDO)
             .await
             .map(|_| ())
     }
@@ -393,7 +395,13 @@ impl Node {
 
     /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
     /// the key was ours. See [`scripts::RELEASE`].
-    pub(crate) async fn release(&self, key: &str, token: &str, how: &Release) -> RedisResult<bool> {
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys,
+        token: &str,
+        how: &Release,
+    ) -> RedisResult<bool> {
+        let key = &keys.key;
         let cluster = self.is_cluster();
         let publish = if cluster { "SPUBLISH" } else { "PUBLISH" };
         // Arguments in order, each left out when it and all after it have the script's default.
@@ -410,18 +418,22 @@ impl Node {
         } else {
             1
         };
-        // On Cluster the queue and the counter are declared too (see the script).
-        let keys = if cluster { 3 } else { 1 };
+        // On Cluster the queue and the counter are declared too (see the script), and so are
+        // derived names the script cannot make from the key.
+        let declared = if cluster || !keys.derived_by_suffix() {
+            3
+        } else {
+            1
+        };
         let mut cmd = evalsha(
             &scripts::RELEASE,
-            keys,
-            keys + args,
-            keys * key.len() + token.len() + 80,
+            declared,
+            declared + args,
+            declared * (key.len() + 16) + token.len() + 80,
         );
         cmd.arg(key);
-        if keys == 3 {
-            cmd.arg(crate::keys::queue_of(key))
-                .arg(crate::keys::fence_of(key));
+        if declared == 3 {
+            cmd.arg(keys.queue()).arg(keys.fence());
         }
         cmd.arg(token);
         if args >= 2 {
@@ -454,7 +466,7 @@ impl Node {
         };
         if how.keep_ms == 0 {
             // Waiters in this process learn it now, not one message later.
-            self.notifications.released_here(key, wake);
+            self.notifications.released_here(keys, wake);
         }
         Ok(true)
     }
@@ -476,7 +488,7 @@ impl Node {
         let (reply, _): (Vec<Value>, _) = self.eval(&scripts::FENCE, &cmd, None, limit).await?;
         Ok(match reply.as_slice() {
             [Value::Int(1), Value::Int(fence)] => FenceReply::Fence(*fence as u64),
-            [Value::Int(-2), detail] => FenceReply::NotACounter(format!("{detail:?}")),
+            [Value::Int(-2), why] => FenceReply::Unusable(value_text(why)),
             _ => FenceReply::NotOurs,
         })
     }
@@ -490,8 +502,15 @@ impl Node {
     ) -> RedisResult<()> {
         let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 3, keys.key.len() + 60);
         cmd.arg(keys.fence()).arg(fence).arg(retention_ms);
-        let _: (i64, _) = self.eval(&scripts::RAISE_FENCE, &cmd, None, limit).await?;
-        Ok(())
+        let (reply, _): (Value, _) = self.eval(&scripts::RAISE_FENCE, &cmd, None, limit).await?;
+        match reply {
+            Value::Array(why) if why.len() == 2 => Err(RedisError::from((
+                ErrorKind::Client,
+                "fence counter not raised",
+                format!("`{}` {}", keys.fence(), value_text(&why[1])),
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Whether a release channel of this server is subscribed now (see

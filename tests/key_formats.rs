@@ -1,0 +1,210 @@
+//! Key formats: no lock name reaches another lock's keys, a foreign client's keys are never
+//! written, keys of another shape are skipped by `list`, and a fence counter at its limit is an
+//! error, not a smaller fence.
+
+mod support;
+
+use lock_runtime::testing::RedisServer;
+use lock_runtime::{KeyFormat, LockError, LockOptions, LockState, Locker};
+use support::{ms, raw_connection};
+
+async fn plain_locker(server: &RedisServer) -> Locker {
+    Locker::builder()
+        .url(server.url())
+        .key_format(KeyFormat::Plain)
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn raw_set(raw: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+async fn raw_get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
+}
+
+/// `job:fence` is a lock of its own: releasing `job` (which records its fence, with and without
+/// a waiter to grant it to) leaves its holder holding it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_lock_named_like_another_locks_counter_keeps_its_holder() {
+    let server = RedisServer::start();
+    let locker = plain_locker(&server).await;
+    let other = plain_locker(&server).await;
+    let mut raw = raw_connection(&server.url()).await;
+    let opts = LockOptions::new(ms(10_000));
+    let mut held = Vec::new();
+    for name in [
+        "job:fence",
+        "job:waiters",
+        "job:waiters:state",
+        "job:released",
+    ] {
+        held.push(locker.acquire(name, &opts).await.unwrap());
+    }
+    let tokens: Vec<String> = held.iter().map(|l| l.token().to_owned()).collect();
+
+    // An uncontended lease of `job` (its fence is recorded at release)...
+    let lease = other.acquire("job", &opts).await.unwrap();
+    let fence = lease.fence();
+    // ...and one a waiter queues behind, so that its release grants `job` on.
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let opts = LockOptions::new(ms(10_000)).with_wait(ms(10_000));
+            let lease = other.acquire("job", &opts).await.unwrap();
+            let fence = lease.fence();
+            lease.release().await.unwrap();
+            fence
+        })
+    };
+    support::eventually(ms(5_000), "the waiter queued", || async {
+        let info = locker.inspect("job").await.unwrap();
+        info.is_some_and(|i| !i.waiters.is_empty())
+    })
+    .await;
+    lease.release().await.unwrap();
+    assert!(waiter.await.unwrap() > fence);
+
+    for (lease, token) in held.into_iter().zip(tokens) {
+        let key = locker.key_of(lease.name());
+        let value = raw_get(&mut raw, &key).await;
+        assert!(
+            value
+                .as_deref()
+                .is_some_and(|v| token.starts_with(&v[..v.len() - 1])),
+            "`{key}` was overwritten: {value:?}"
+        );
+        assert!(lease.is_held(), "{key}");
+        lease.release().await.unwrap();
+    }
+}
+
+/// A foreign client holding plain keys where an older layout kept a lock's counter and queue
+/// (`lock:job:fence`, `lock:job:waiters` as a string, as redis-py's `Lock` writes them): waiters
+/// on `job` queue and are served, and those keys keep their values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_clients_keys_are_never_written() {
+    let server = RedisServer::start();
+    let locker = plain_locker(&server).await;
+    let mut raw = raw_connection(&server.url()).await;
+    let foreign = [
+        ("lock:job:fence", "python-token-1"),
+        ("lock:job:waiters", "python-token-2"),
+        ("lock:job:waiters:state", "python-token-3"),
+    ];
+    for (key, value) in foreign {
+        raw_set(&mut raw, key, value).await;
+    }
+    let holder = locker.acquire("job", &LockOptions::new(ms(10_000))).await;
+    let holder = holder.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let opts = LockOptions::new(ms(10_000)).with_wait(ms(10_000));
+                locker.acquire("job", &opts).await?.release().await
+            })
+        })
+        .collect();
+    support::eventually(ms(5_000), "three waiters queued", || async {
+        let info = locker.inspect("job").await.unwrap();
+        info.is_some_and(|i| i.waiters.len() == 3)
+    })
+    .await;
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    for (key, value) in foreign {
+        assert_eq!(
+            raw_get(&mut raw, key).await.as_deref(),
+            Some(value),
+            "{key}"
+        );
+    }
+    // `list` shows the foreign keys as locks of another client, and does not fail.
+    let listed = locker.list("*").await.unwrap();
+    let names: Vec<&str> = listed.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["job:fence", "job:waiters", "job:waiters:state"]);
+    assert!(listed.iter().all(|i| i.state == LockState::Foreign));
+}
+
+/// Keys of another type where a lock, its counter or its queue would be: `list` shows what it
+/// can and skips what it does not understand, instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_skips_keys_it_does_not_understand() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let mut raw = raw_connection(&server.url()).await;
+    let lease = locker
+        .acquire("job", &LockOptions::new(ms(10_000)))
+        .await
+        .unwrap();
+    // A hash where a lock key would be, a hash as `job`'s counter, a string as its queue.
+    let _: () = redis::cmd("HSET")
+        .arg("lock:{hash}")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg("lock:{job}:fence")
+        .arg("f")
+        .arg("v")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    raw_set(&mut raw, "lock:{job}:waiters", "not a queue").await;
+    let listed = locker.list("*").await.unwrap();
+    let states: Vec<(&str, &LockState)> =
+        listed.iter().map(|i| (i.name.as_str(), &i.state)).collect();
+    assert_eq!(
+        states,
+        [("hash", &LockState::Foreign), ("job", &LockState::Held)]
+    );
+    let job = &listed[1];
+    assert_eq!((job.fence, job.waiters.len()), (None, 0));
+    lease.release().await.unwrap();
+}
+
+/// A counter at the largest fence, or above it, gives no fence (an error that says so, the
+/// key left free); one below it gives exactly the largest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
+    const MAX: u64 = (1 << 53) - 1;
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let mut raw = raw_connection(&server.url()).await;
+    let key = locker.key_of("job");
+    // Uncontended (plain commands), waiting (the script), and without a fence read first.
+    let ways = [
+        LockOptions::new(ms(5_000)),
+        LockOptions::new(ms(5_000)).with_wait(ms(1_000)),
+    ];
+    for opts in &ways {
+        raw_set(&mut raw, &format!("{key}:fence"), &(MAX - 1).to_string()).await;
+        let lease = locker.acquire("job", opts).await.unwrap();
+        assert_eq!(lease.fence(), MAX);
+        lease.release().await.unwrap();
+        for counter in [MAX.to_string(), u64::MAX.to_string(), "1e300".to_owned()] {
+            raw_set(&mut raw, &format!("{key}:fence"), &counter).await;
+            let err = locker.acquire("job", opts).await.unwrap_err();
+            assert!(matches!(err, LockError::Config { .. }), "{counter}: {err}");
+            let text = err.to_string();
+            assert!(text.contains("largest fence"), "{counter}: {text}");
+            assert_eq!(raw_get(&mut raw, &key).await, None, "{counter}");
+            assert_eq!(
+                raw_get(&mut raw, &format!("{key}:fence")).await,
+                Some(counter.clone())
+            );
+        }
+    }
+}
