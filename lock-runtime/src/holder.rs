@@ -1,28 +1,32 @@
-//! Who holds a lock: the value a lease stores in its key is a fresh random token followed by who
-//! took it, so that an operator can tell (`Locker::inspect`, `lockctl`). The scripts compare the
+//! Who holds a lock: the value a lease stores in its key is a fresh token followed by who took
+//! it, so that an operator can tell (`Locker::inspect`, `lockctl`). The scripts compare the
 //! whole value as one opaque string (as written, or with the waiters' mark set); only
 //! inspection reads it apart.
 //!
-//! Format: `<token>;h=<host>;p=<pid>[;l=<label>];w=0`, the token 22 characters of the URL-safe
-//! base64 alphabet (versions before 2026-12-04 wrote `<32 hex digits>;host=..;pid=..[;label=..]`,
-//! which still reads back: short field names keep a value within the 44 bytes that Redis stores
-//! in one allocation, for a short host name). Host and label keep
-//! ASCII letters, digits and `.`, `_`, `-`, `/`; every other character becomes `_` (the value then
-//! has no space, which the waiter queue's state string relies on, and no `;` or `=` inside a
-//! field). The last field is the waiters' mark: a waiter that queues behind the holder turns it
-//! into `;w=1` in place (see `scripts::ACQUIRE`), so that the holder's release knows, without
-//! looking at the queue, that it has a lock to hand over. A value without it (another client's,
-//! or one of a version before the mark) is never changed.
+//! Format: `<token>;h=<host>;p=<pid>[;l=<label>];w=0`. The token is 22 characters of the
+//! URL-safe base64 alphabet: the time the attempt began (8) and 84 random bits (14); short
+//! field names keep a value within the 44 bytes that Redis stores in one allocation, for a short
+//! host name. Host and label keep ASCII letters, digits and `.`, `_`, `-`, `/`; every other
+//! character becomes `_` (the value then has no space, which the waiter queue's state string
+//! relies on, and no `;` or `=` inside a field). The last field is the waiters' mark: a waiter
+//! that queues behind the holder turns it into `;w=1` in place (see `scripts::ACQUIRE`), so
+//! that the holder's release knows, without looking at the queue, that it has a lock to hand
+//! over. A value without it (another client's) is never changed.
 //! Waiters queue under an id of the same form that ends with `;grants=<16 hex digits>`: their
 //! locker's grant channel, on which a release that grants one of them the lock says so.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Who took a lock, as its key's value says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// The random token of this acquisition (22 URL-safe base64 characters; 32 hex digits in a
-    /// value written by a version before 2026-12-04).
+    /// The token of this acquisition (22 URL-safe base64 characters).
     pub token: String,
+    /// When the acquisition that wrote the value began, by the holder's clock: the holder has
+    /// held the lock since about then (a waiter since its last attempt before the lock was
+    /// handed to it).
+    pub since: SystemTime,
     /// The host name of the holder's machine.
     pub host: String,
     /// The holder's process id.
@@ -40,22 +44,23 @@ impl Holder {
             && token
                 .bytes()
                 .all(|b| crate::random::TOKEN_ALPHABET.contains(&b));
-        let older = token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit());
-        if !ours && !older {
+        if !ours {
             return None;
         }
+        let since = UNIX_EPOCH + Duration::from_millis(crate::random::stamp_of(token)?);
         let (mut host, mut pid, mut label) = (None, None, None);
         for field in fields {
             match field.split_once('=')? {
-                ("h" | "host", h) => host = Some(h.to_owned()),
-                ("p" | "pid", p) => pid = Some(p.parse().ok()?),
-                ("l" | "label", l) => label = Some(l.to_owned()),
+                ("h", h) => host = Some(h.to_owned()),
+                ("p", p) => pid = Some(p.parse().ok()?),
+                ("l", l) => label = Some(l.to_owned()),
                 // Fields a later version may add.
                 _ => {}
             }
         }
         Some(Holder {
             token: token.to_owned(),
+            since,
             host: host?,
             pid: pid?,
             label,
@@ -81,7 +86,10 @@ pub(crate) const UNMARKED: &str = ";w=0";
 /// A fresh token followed by `suffix`, in one allocation.
 pub(crate) fn value(suffix: &str) -> String {
     let mut value = String::with_capacity(crate::random::TOKEN_LEN + suffix.len());
-    crate::random::push_token(&mut value);
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    crate::random::push_token(&mut value, now_ms);
     value.push_str(suffix);
     value
 }
@@ -134,7 +142,7 @@ mod tests {
         // The waiters' mark is the last field, and a marked value still reads back.
         assert!(value.ends_with(UNMARKED), "{value}");
         let marked = format!("{}1", &value[..value.len() - 1]);
-        assert_eq!(Holder::parse(&marked), Some(holder));
+        assert_eq!(Holder::parse(&marked).as_ref(), Some(&holder));
         let no_label = Holder::parse(&self::value(&self::suffix(None))).unwrap();
         assert_eq!(no_label.label, None);
         // Other clients' values are not ours to read.
@@ -142,7 +150,7 @@ mod tests {
             "",
             "x",
             "8f3c0d5e-4b1a-4c2e-9f6d-2a7b8c9d0e1f",
-            "0123456789abcdef0123456789abcdef;pid=x",
+            "0123456789abcdef0123456789abcdef;host=h;pid=7;label=x;w=1",
             "0123456789abcdef0123456789abcdef",
         ] {
             assert_eq!(Holder::parse(foreign), None, "{foreign}");
@@ -150,11 +158,13 @@ mod tests {
         // A field a later version adds is skipped.
         let later = "AAAAAAAAAAAAAAAAAAAA-_;h=h;p=7;zone=eu";
         assert_eq!(Holder::parse(later).unwrap().pid, 7);
-        // A value of a version before the short format still reads back.
-        let older = "0123456789abcdef0123456789abcdef;host=h;pid=7;label=x;w=1";
-        let holder = Holder::parse(older).unwrap();
-        assert_eq!((holder.host.as_str(), holder.pid), ("h", 7));
-        assert_eq!(holder.label.as_deref(), Some("x"));
+        // The holder's time stamp reads back, to the ms.
+        let since = holder.since.duration_since(UNIX_EPOCH).unwrap();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        assert!(
+            now >= since && now - since < Duration::from_secs(60),
+            "{since:?}"
+        );
         // With a short host name, a value fits the 44 bytes Redis keeps in one allocation.
         let short = self::value(&format!(";h=vm;p={}{UNMARKED}", u32::MAX));
         assert!(short.len() <= 44, "{short}");

@@ -25,34 +25,50 @@ fn next() -> u64 {
     })
 }
 
-/// A fresh token: 22 characters of the URL-safe base64 alphabet (128 random bits).
+/// A fresh token stamped with `now_ms` (see [`push_token`]).
 #[cfg(test)]
 pub(crate) fn token() -> String {
     let mut token = String::with_capacity(TOKEN_LEN);
-    push_token(&mut token);
+    push_token(&mut token, 1_765_000_000_000);
     token
 }
 
 /// The length of a token.
 pub(crate) const TOKEN_LEN: usize = 22;
 
+/// How many of a token's characters are its time stamp (48 bits of ms since the Unix epoch).
+const STAMP_LEN: usize = 8;
+
 /// The token alphabet: URL-safe base64, so no `;`, `=` or space (the value's separators).
 pub(crate) const TOKEN_ALPHABET: &[u8; 64] =
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/// Appends a fresh token to `out`. 22 characters rather than a UUID's 32 hex digits: with who
-/// took it, a value then stays within the 44 bytes Redis stores in one allocation with its key
-/// object (for a short host name), and every command that carries it is shorter.
-pub(crate) fn push_token(out: &mut String) {
-    let mut bits = (u128::from(next()) << 64) | u128::from(next());
+/// Appends a fresh token to `out`: `now_ms` (ms since the Unix epoch) in 8 characters, then 84
+/// random bits in 14, all of the URL-safe base64 alphabet. 22 characters rather than a UUID's
+/// 32 hex digits: with who took it, a value then stays within the 44 bytes Redis stores in one
+/// allocation with its key object (for a short host name). The stamp lets an operator see
+/// since when a lock is held (see [`stamp_of`]).
+pub(crate) fn push_token(out: &mut String, now_ms: u64) {
     let mut buf = [0u8; TOKEN_LEN];
-    for byte in &mut buf {
+    for (i, byte) in buf[..STAMP_LEN].iter_mut().enumerate() {
+        *byte = TOKEN_ALPHABET[((now_ms >> (6 * (STAMP_LEN - 1 - i))) & 63) as usize];
+    }
+    let mut bits = (u128::from(next()) << 64) | u128::from(next());
+    for byte in &mut buf[STAMP_LEN..] {
         *byte = TOKEN_ALPHABET[(bits & 63) as usize];
         bits >>= 6;
     }
     // Pushed as one string, not char by char (each a UTF-8 encoding and a capacity check): the
     // alphabet is ASCII, so the check cannot fail.
     out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
+}
+
+/// The time stamp of a token made by [`push_token`], in ms since the Unix epoch.
+pub(crate) fn stamp_of(token: &str) -> Option<u64> {
+    token.get(..STAMP_LEN)?.bytes().try_fold(0u64, |acc, b| {
+        let digit = TOKEN_ALPHABET.iter().position(|&a| a == b)?;
+        Some(acc << 6 | digit as u64)
+    })
 }
 
 /// Appends `n` fresh hex digits to `out` (`n` at most 16).
@@ -82,9 +98,14 @@ mod tests {
         assert!(a.bytes().all(|c| TOKEN_ALPHABET.contains(&c)), "{a}");
         let many: std::collections::HashSet<String> = (0..10_000).map(|_| token()).collect();
         assert_eq!(many.len(), 10_000);
-        // Every character of the alphabet turns up: all 128 bits are used.
-        let seen: std::collections::HashSet<u8> = many.iter().flat_map(|t| t.bytes()).collect();
+        // Every character of the alphabet turns up in the random part; the stamp reads back.
+        let seen: std::collections::HashSet<u8> =
+            many.iter().flat_map(|t| t[STAMP_LEN..].bytes()).collect();
         assert_eq!(seen.len(), 64);
+        assert!(many.iter().all(|t| stamp_of(t) == Some(1_765_000_000_000)));
+        let mut max = String::new();
+        push_token(&mut max, (1 << 48) - 1);
+        assert_eq!(stamp_of(&max), Some((1 << 48) - 1));
         let mut hex = String::new();
         push_hex(&mut hex, 16);
         assert_eq!(hex.len(), 16);
