@@ -1,37 +1,56 @@
 //! `lockctl`: who holds a lock, since when, and who waits; watch it change hands; release it by
 //! force when its holder is gone for good (only while it is still the holder that was shown).
 //!
-//! The deployment comes from the same environment as the process default locker
-//! (`LOCK_REDIS_CLUSTER`, `LOCK_REDIS_SENTINELS` + `LOCK_REDIS_SENTINEL_MASTER`,
-//! `LOCK_REDIS_URL`, `REDIS_URL`; see `LockerBuilder::from_env`).
+//! The deployment comes from `--url`, `--cluster` or `--sentinel`, else from the same
+//! environment as the process default locker (`LOCK_REDIS_CLUSTER`, `LOCK_REDIS_SENTINELS` +
+//! `LOCK_REDIS_SENTINEL_MASTER`, `LOCK_REDIS_URL`, `REDIS_URL`; see `LockerBuilder::from_env`).
 
 mod render;
+mod target;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lock_runtime::{LockInfo, Locker, LockerBuilder};
+use lock_runtime::{LockInfo, Locker};
 use tokio::time::Instant;
 
+use target::{Flags, Source, Target};
+
 const USAGE: &str = "\
-usage: lockctl [--prefix P] [--json] <command>
+usage: lockctl [SERVER] [--prefix P] [--json] <command>
 
 commands:
-  list [PATTERN]                    locks held now whose names match PATTERN (glob, default *)
-  inspect NAME                      holder (host, pid, label), fence, time left, waiters
+  list [PATTERN]                    locks held now whose names match PATTERN (glob, default *),
+                                    with their holders and how long they have held them
+  inspect NAME                      holder (host, pid, label), held since, fence, time left,
+                                    waiters
   watch NAME [--for D] [--every D]  print each change of holder and waiters as it happens
   release NAME --force [--token T]  delete the key, only if it still holds the value shown
                                     (or, with --token, the holder with that token)
 
-The deployment comes from LOCK_REDIS_CLUSTER, or LOCK_REDIS_SENTINELS with
-LOCK_REDIS_SENTINEL_MASTER, or LOCK_REDIS_URL / REDIS_URL (default redis://127.0.0.1:6379).
-Durations: 500ms, 2s, 1m.";
+SERVER (a flag wins over the environment; give one kind):
+  --url URL                         one server; several --url (or URL,URL..) for Redlock
+  --cluster URL[,URL..]             a Redis Cluster, from some of its nodes
+  --sentinel URL[,URL..] --master NAME
+                                    the primary these Sentinels name for NAME
+Without a flag: LOCK_REDIS_CLUSTER, or LOCK_REDIS_SENTINELS with LOCK_REDIS_SENTINEL_MASTER,
+or LOCK_REDIS_URL / REDIS_URL. With none of them, list, inspect and watch read
+redis://127.0.0.1:6379 (and say so on stderr); release --force refuses.
+
+Durations: 500ms, 2s, 1m.
+
+exit codes:
+  0  done
+  1  failed (Redis unreachable or erroring, bad set-up)
+  2  usage error, or release refused for want of --force or of a server named
+  3  refused: the holder changed, nothing was deleted";
 
 /// Exit codes: 0 done, 1 failed (Redis, bad set-up), 2 usage, 3 refused (the holder changed).
 const USAGE_ERROR: u8 = 2;
 const REFUSED: u8 = 3;
 
 struct Args {
+    target: Option<Target>,
     prefix: Option<String>,
     json: bool,
     command: Command,
@@ -56,12 +75,23 @@ enum Command {
     },
 }
 
+/// The options of `watch` and `release`, read wherever they stand on the line.
+struct CommandOptions {
+    limit: Option<Duration>,
+    every: Duration,
+    force: bool,
+    token: Option<String>,
+}
+
 fn parse(args: &[String]) -> Result<Args, String> {
-    let mut prefix = None;
-    let mut json = false;
+    let (mut prefix, mut json, mut flags) = (None, false, Flags::default());
     let mut positional = Vec::new();
-    let (mut limit, mut every, mut force, mut token) =
-        (None, Duration::from_millis(100), false, None);
+    let mut options = CommandOptions {
+        limit: None,
+        every: Duration::from_millis(100),
+        force: false,
+        token: None,
+    };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = |what: &str| {
@@ -69,18 +99,31 @@ fn parse(args: &[String]) -> Result<Args, String> {
                 .cloned()
                 .ok_or_else(|| format!("{arg} needs {what}"))
         };
+        if flags.take(arg, &mut value)? {
+            continue;
+        }
         match arg.as_str() {
             "--json" => json = true,
-            "--force" => force = true,
+            "--force" => options.force = true,
             "--prefix" => prefix = Some(value("a key prefix")?),
-            "--token" => token = Some(value("a token")?),
-            "--for" => limit = Some(duration(&value("a duration")?)?),
-            "--every" => every = duration(&value("a duration")?)?,
+            "--token" => options.token = Some(value("a token")?),
+            "--for" => options.limit = Some(duration(&value("a duration")?)?),
+            "--every" => options.every = duration(&value("a duration")?)?,
             "-h" | "--help" => return Err(String::new()),
             a if a.starts_with("--") => return Err(format!("unknown option {a}")),
             _ => positional.push(arg.clone()),
         }
     }
+    Ok(Args {
+        target: flags.target()?,
+        prefix,
+        json,
+        command: command(positional, options)?,
+    })
+}
+
+/// The command the positional arguments name.
+fn command(positional: Vec<String>, options: CommandOptions) -> Result<Command, String> {
     let mut positional = positional.into_iter();
     let command = match positional.next().as_deref() {
         Some("list") => Command::List {
@@ -91,13 +134,13 @@ fn parse(args: &[String]) -> Result<Args, String> {
         },
         Some("watch") => Command::Watch {
             name: positional.next().ok_or("watch needs a lock NAME")?,
-            limit,
-            every,
+            limit: options.limit,
+            every: options.every,
         },
         Some("release") => Command::Release {
             name: positional.next().ok_or("release needs a lock NAME")?,
-            force,
-            token,
+            force: options.force,
+            token: options.token,
         },
         Some(other) => return Err(format!("unknown command `{other}`")),
         None => return Err("no command given".to_owned()),
@@ -105,11 +148,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
     if let Some(extra) = positional.next() {
         return Err(format!("unexpected argument `{extra}`"));
     }
-    Ok(Args {
-        prefix,
-        json,
-        command,
-    })
+    Ok(command)
 }
 
 /// `250ms`, `2s`, `1.5s`, `1m`.
@@ -152,7 +191,24 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> Result<ExitCode, lock_runtime::LockError> {
-    let mut builder = LockerBuilder::from_env()?;
+    let source = Source::pick(args.target, target::env_var);
+    if source == Source::Local {
+        if matches!(args.command, Command::Release { force: true, .. }) {
+            // Deleting a lock on whatever server happens to listen locally could break
+            // someone else's lock: a forced release acts only where it is told to.
+            eprintln!(
+                "lockctl: release --force needs the server named: pass --url (or --cluster, \
+                 --sentinel) or set LOCK_REDIS_URL; nothing was deleted"
+            );
+            return Ok(ExitCode::from(USAGE_ERROR));
+        }
+        eprintln!(
+            "lockctl: no server named (--url, --cluster, --sentinel, LOCK_REDIS_URL, REDIS_URL, \
+             LOCK_REDIS_CLUSTER, LOCK_REDIS_SENTINELS): using {}",
+            target::LOCAL
+        );
+    }
+    let mut builder = source.builder()?;
     if let Some(prefix) = &args.prefix {
         builder = builder.prefix(prefix.clone());
     }
@@ -313,6 +369,16 @@ mod tests {
         assert!(
             matches!(a.command, Command::Release { force: true, token: Some(t), .. } if t == "abc")
         );
+        let a = args("--url redis://a:1 --url redis://b:1 list").unwrap();
+        assert_eq!(
+            a.target,
+            Some(Target::Servers(vec![
+                "redis://a:1".into(),
+                "redis://b:1".into()
+            ]))
+        );
+        let a = args("inspect job --sentinel redis://s:26379 --master m").unwrap();
+        assert!(matches!(a.target, Some(Target::Sentinel { master, .. }) if master == "m"));
         for bad in [
             "",
             "inspect",
@@ -320,6 +386,9 @@ mod tests {
             "list a b",
             "watch j --for soon",
             "list --nope",
+            "list --url",
+            "--url redis://a:1 --cluster redis://b:1 list",
+            "--sentinel redis://s:1 list",
         ] {
             assert!(args(bad).is_err(), "{bad}");
         }

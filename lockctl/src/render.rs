@@ -2,16 +2,25 @@
 //! for `watch`).
 
 use std::fmt::Write;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::{Holder, LockInfo, LockState};
+use lock_runtime::{Holder, LockInfo, LockState, Waiting};
+
+/// `web-1 pid 1234 (billing)`.
+fn who(h: &Holder) -> String {
+    match &h.label {
+        Some(label) => format!("{} pid {} ({label})", h.host, h.pid),
+        None => format!("{} pid {}", h.host, h.pid),
+    }
+}
+
+/// A waiter as [`who`] shows a holder, or its queue id when that is not a holder's.
+fn waiter_text(w: &Waiting) -> String {
+    w.holder.as_ref().map_or_else(|| w.id.clone(), who)
+}
 
 /// `web-1 pid 1234 (billing)`, or what the value is when it is not a holder's.
 pub(crate) fn holder_text(info: &LockInfo) -> String {
-    let who = |h: &Holder| match &h.label {
-        Some(label) => format!("{} pid {} ({label})", h.host, h.pid),
-        None => format!("{} pid {}", h.host, h.pid),
-    };
     match (&info.state, &info.holder) {
         (LockState::Held, Some(h)) => who(h),
         (LockState::MinHold, Some(h)) => format!("{} (released, kept for min_hold)", who(h)),
@@ -21,6 +30,68 @@ pub(crate) fn holder_text(info: &LockInfo) -> String {
         (LockState::HandedOver { to }, None) => format!("waiter {to} (handed over, not taken yet)"),
         _ => format!("another client (value {:?})", info.value),
     }
+}
+
+/// Since when the lock has been held, when its holder took it (not while it is handed over to a
+/// waiter, or written by another client). The time is the holder's clock, the duration is
+/// measured against this machine's, so clock skew between the two shows in it.
+fn held_since(info: &LockInfo) -> Option<SystemTime> {
+    match (&info.state, &info.holder) {
+        (LockState::Held | LockState::MinHold, Some(h)) => Some(h.since),
+        _ => None,
+    }
+}
+
+/// How long since `since`; zero when the holder's clock is ahead of ours.
+fn held_for(since: SystemTime) -> Duration {
+    SystemTime::now().duration_since(since).unwrap_or_default()
+}
+
+/// `held 12s (since 2025-01-02 10:11:12 UTC)`.
+fn held_text(info: &LockInfo) -> Option<String> {
+    let since = held_since(info)?;
+    Some(format!(
+        "held {} (since {})",
+        duration_text(held_for(since)),
+        utc_text(since)
+    ))
+}
+
+/// `450ms`, `12s`, `3m 12s`, `2h 5m`, `1d 3h`.
+fn duration_text(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0 => format!("{}ms", d.as_millis()),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        3600..86400 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// `2025-01-02 10:11:12 UTC` (UTC: the holder may be in another time zone than the operator).
+fn utc_text(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let (days, rest) = (secs / 86400, secs % 86400);
+    let (y, m, d) = civil_date(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_date(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + u64::from(m <= 2), m, d)
 }
 
 fn ttl_text(ttl: Option<Duration>) -> String {
@@ -55,9 +126,10 @@ pub(crate) fn list(locks: &[LockInfo], json: bool) -> String {
         .min(40);
     let mut out = String::new();
     for l in locks {
+        let held = held_text(l).map_or_else(String::new, |h| format!("  {h}"));
         let _ = writeln!(
             out,
-            "{:width$}  {}  ttl {}  {} waiting",
+            "{:width$}  {}{held}  ttl {}  {} waiting",
             l.name,
             holder_text(l),
             ttl_text(l.ttl_left),
@@ -84,6 +156,9 @@ pub(crate) fn inspect(name: &str, info: Option<&LockInfo>, json: bool) -> String
     let _ = writeln!(out, "key       {}", info.key);
     let _ = writeln!(out, "state     {}", state_name(&info.state));
     let _ = writeln!(out, "holder    {}", holder_text(info));
+    if let Some(held) = held_text(info) {
+        let _ = writeln!(out, "held      {}", held.trim_start_matches("held "));
+    }
     if let Some(h) = &info.holder {
         let _ = writeln!(out, "token     {}", h.token);
     }
@@ -98,14 +173,7 @@ pub(crate) fn inspect(name: &str, info: Option<&LockInfo>, json: bool) -> String
     let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
     let _ = write!(out, "waiters   {}", info.waiters.len());
     for (i, w) in info.waiters.iter().enumerate() {
-        let who = w.holder.as_ref().map_or_else(
-            || w.id.clone(),
-            |h| match &h.label {
-                Some(label) => format!("{} pid {} ({label})", h.host, h.pid),
-                None => format!("{} pid {}", h.host, h.pid),
-            },
-        );
-        let _ = write!(out, "\n  {}. {who}", i + 1);
+        let _ = write!(out, "\n  {}. {}", i + 1, waiter_text(w));
     }
     out
 }
@@ -124,17 +192,10 @@ pub(crate) fn change(name: &str, at: Duration, info: Option<&LockInfo>, json: bo
     match info {
         None => format!("+{secs:.3}s  {name}: free"),
         Some(i) => {
-            let waiters: Vec<String> = i
-                .waiters
-                .iter()
-                .map(|w| {
-                    w.holder
-                        .as_ref()
-                        .map_or_else(|| w.id.clone(), |h| format!("{} pid {}", h.host, h.pid))
-                })
-                .collect();
+            let waiters: Vec<String> = i.waiters.iter().map(waiter_text).collect();
+            let held = held_text(i).map_or_else(String::new, |h| format!("  {h}"));
             format!(
-                "+{secs:.3}s  {name}: {}  waiting: [{}]",
+                "+{secs:.3}s  {name}: {}{held}  waiting: [{}]",
                 holder_text(i),
                 waiters.join(", ")
             )
@@ -184,13 +245,16 @@ fn info_json(i: &LockInfo) -> String {
         })
         .collect();
     let opt = |n: Option<u128>| n.map_or_else(|| "null".to_owned(), |n| n.to_string());
+    let since = held_since(i);
     format!(
-        "{{\"name\":{},\"key\":{},\"held\":true,\"state\":{},\"holder\":{},\"value\":{},\"fence\":{},\"ttl_left_ms\":{},\"waiters\":[{}]}}",
+        "{{\"name\":{},\"key\":{},\"held\":true,\"state\":{},\"holder\":{},\"value\":{},\"held_since_ms\":{},\"held_for_ms\":{},\"fence\":{},\"ttl_left_ms\":{},\"waiters\":[{}]}}",
         quote(&i.name),
         quote(&i.key),
         quote(state_name(&i.state)),
         i.holder.as_ref().map_or_else(|| "null".to_owned(), holder),
         quote(&i.value),
+        opt(since.map(|s| s.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis())),
+        opt(since.map(|s| held_for(s).as_millis())),
         opt(i.fence.map(u128::from)),
         opt(i.ttl_left.map(|t| t.as_millis())),
         waiters.join(",")
@@ -220,10 +284,29 @@ fn quote(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::quote;
+    use super::*;
 
     #[test]
     fn json_strings_are_escaped() {
         assert_eq!(quote("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
+    }
+
+    #[test]
+    fn hold_times_read_as_a_person_writes_them() {
+        let cases = [
+            (450, "450ms"),
+            (12_300, "12s"),
+            (192_000, "3m 12s"),
+            (7_500_000, "2h 5m"),
+            (97_200_000, "1d 3h"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(duration_text(Duration::from_millis(ms)), text);
+        }
+        let at = |secs| utc_text(UNIX_EPOCH + Duration::from_secs(secs));
+        assert_eq!(at(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(at(951_825_600), "2000-02-29 12:00:00 UTC");
+        assert_eq!(at(1_735_689_599), "2024-12-31 23:59:59 UTC");
+        assert_eq!(at(4_107_542_400), "2100-03-01 00:00:00 UTC");
     }
 }

@@ -1,6 +1,7 @@
-//! `lockctl` against private redis-servers (issue 13): the holder it shows is the process that
-//! holds the lock, `release --force` refuses when the holder changed in between, and `watch`
-//! shows a hand-off as it happens.
+//! `lockctl` against private redis-servers: the holder it shows is the process that holds the
+//! lock, and since when; `--url` names the server over the environment; `release --force`
+//! refuses when the holder changed in between, or when no server is named; `watch` shows a
+//! hand-off as it happens.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
@@ -11,12 +12,20 @@ use lock_runtime::{LockOptions, Locker};
 
 const CHILD: &str = "LOCKCTL_TEST_CHILD";
 
+/// `lockctl` with `args`, in an environment that names no server.
+fn lockctl_bare(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lockctl"));
+    command.args(args);
+    for var in lock_runtime::ENV_VARS {
+        command.env_remove(var);
+    }
+    command
+}
+
+/// `lockctl` with `args`, on the server `LOCK_REDIS_URL` names.
 fn lockctl(url: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(args)
+    lockctl_bare(args)
         .env("LOCK_REDIS_URL", url)
-        .env_remove("LOCK_REDIS_CLUSTER")
-        .env_remove("LOCK_REDIS_SENTINELS")
         .output()
         .expect("lockctl runs")
 }
@@ -31,6 +40,17 @@ fn json_field<'a>(json: &'a str, field: &str) -> Option<&'a str> {
     let rest = &json[at..];
     let end = rest.find([',', '}']).unwrap_or(rest.len());
     Some(rest[..end].trim_matches('"'))
+}
+
+/// The whole seconds in the first `held 12s` of `text`.
+fn held_secs(text: &str) -> u64 {
+    let at = text.find("held ").expect("a hold time") + 5;
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    assert!(text[at + digits.len()..].starts_with("s "), "{text}");
+    digits.parse().unwrap()
 }
 
 /// A locker on `url` whose leases carry `label` in their value.
@@ -133,6 +153,96 @@ fn the_holder_shown_is_the_child_process_that_holds_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_flag_shows_the_holder_and_how_long_it_has_held() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locker = labelled(&url, "nightly").await;
+    let lease = locker
+        .acquire("report", &LockOptions::new(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let pid = std::process::id().to_string();
+    // The flag wins over an environment that names a server where nothing listens.
+    let run = |args: &[&str]| {
+        let mut line = vec!["--url", url.as_str()];
+        line.extend_from_slice(args);
+        lockctl_bare(&line)
+            .env("LOCK_REDIS_URL", "redis://127.0.0.1:1/")
+            .output()
+            .unwrap()
+    };
+
+    let out = run(&["list"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains(&format!("pid {pid} (nightly)")), "{text}");
+    assert!(
+        held_secs(&text) >= 1 && text.contains("s (since 20"),
+        "{text}"
+    );
+    assert!(out.stderr.is_empty(), "{out:?}");
+
+    let inspected = stdout(&run(&["inspect", "report"]));
+    assert!(inspected.contains("\nheld      "), "{inspected}");
+    assert!(
+        held_secs(&inspected.replace("held      ", "held ")) >= 1,
+        "{inspected}"
+    );
+
+    let json = stdout(&run(&["--json", "list"]));
+    assert_eq!(json_field(&json, "label"), Some("nightly"), "{json}");
+    assert_eq!(json_field(&json, "pid"), Some(pid.as_str()), "{json}");
+    let field = |f: &str| -> u128 { json_field(&json, f).unwrap().parse().unwrap() };
+    let since_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        - field("held_for_ms");
+    let (held_for, held_since) = (field("held_for_ms"), field("held_since_ms"));
+    assert!((1000..10_000).contains(&held_for), "{json}");
+    assert!(since_ms.abs_diff(held_since) < 2000, "{json}");
+    lease.release().await.unwrap();
+    let json = stdout(&run(&["--json", "inspect", "report"]));
+    assert_eq!(json_field(&json, "held"), Some("false"), "{json}");
+}
+
+#[test]
+fn release_force_without_a_server_named_refuses() {
+    let out = lockctl_bare(&["release", "ledger", "--force"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--url") && err.contains("LOCK_REDIS_URL"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+#[test]
+fn conflicting_server_flags_are_a_usage_error() {
+    let out = lockctl_bare(&[
+        "--url",
+        "redis://127.0.0.1:1/",
+        "--cluster",
+        "redis://127.0.0.1:2/",
+        "list",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--url and --cluster"), "{err}");
+    let help = stdout(&lockctl_bare(&["--help"]).output().unwrap());
+    assert!(
+        help.contains("exit codes") && help.contains("3  refused"),
+        "{help}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn release_force_refuses_when_the_holder_changed() {
     let server = RedisServer::start();
     let url = server.url();
@@ -211,12 +321,12 @@ async fn watch_shows_a_hand_off() {
         .acquire("handoff", &LockOptions::new(Duration::from_secs(30)))
         .await
         .unwrap();
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_lockctl"))
-        .args(["watch", "handoff", "--for", "20s", "--every", "20ms"])
-        .env("LOCK_REDIS_URL", &url)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watch = lockctl_bare(&[
+        "watch", "handoff", "--for", "20s", "--every", "20ms", "--url", &url,
+    ])
+    .stdout(Stdio::piped())
+    .spawn()
+    .unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let out = watch.stdout.take().unwrap();
     std::thread::spawn(move || {
@@ -238,7 +348,10 @@ async fn watch_shows_a_hand_off() {
     });
     let line = next(&mut rx).await;
     assert!(
-        line.contains("(first)") && line.contains("waiting: [") && !line.contains("[]"),
+        line.contains("(first)")
+            && line.contains("held ")
+            && line.contains("waiting: [")
+            && line.contains("(second)]"),
         "{line}"
     );
     held.release().await.unwrap();
