@@ -15,6 +15,9 @@ use crate::deadlines::{Bound, Deadlines};
 pub(crate) struct Settings {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// A server whose `maxmemory-policy` can evict keys is refused at connect, not only warned
+    /// about (see `LockerBuilder::require_noeviction`).
+    pub require_noeviction: bool,
 }
 
 /// The connection manager of a server's commands: reconnects quickly after a fault. Its replies

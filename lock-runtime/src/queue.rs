@@ -222,6 +222,7 @@ mod tests {
         let settings = Settings {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            require_noeviction: false,
         };
         let node =
             Arc::new(Node::direct(&server.url(), settings, None, 0, Default::default()).unwrap());

@@ -64,6 +64,7 @@ impl Default for LockerBuilder {
             settings: Settings {
                 connect_timeout: Duration::from_secs(1),
                 response_timeout: Duration::from_secs(1),
+                require_noeviction: false,
             },
             tls_root_cert: None,
             fence_retention: Some(DEFAULT_FENCE_RETENTION),
@@ -199,6 +200,18 @@ impl LockerBuilder {
     #[must_use]
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.settings.response_timeout = timeout;
+        self
+    }
+
+    /// Refuses, at connect, a server that may evict keys: one whose `maxmemory-policy` is not
+    /// `noeviction` (with `allkeys-*` any key may go, with `volatile-*` keys with a ttl go first,
+    /// and every lock key has one). An evicted lock key lets a second holder in while the first
+    /// still runs. Without this, [`connect`](Self::connect) logs one warning instead. A server
+    /// that does not let this client read its configuration (`CONFIG` renamed or not allowed,
+    /// as on managed services) is accepted: the policy cannot be seen there.
+    #[must_use]
+    pub fn require_noeviction(mut self) -> Self {
+        self.settings.require_noeviction = true;
         self
     }
 

@@ -28,6 +28,7 @@ impl Node {
             .await
             .map_err(|e| self.setup_error(e))?;
         self.rtt.record(sent.elapsed());
+        self.check_eviction().await?;
         if self.replicas > 0 {
             for (primary, info) in self
                 .each_primary("INFO", &["replication"])
@@ -53,6 +54,52 @@ impl Node {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Reads each primary's `maxmemory-policy`: one that evicts keys can delete a held lock's
+    /// key (every lock key has a ttl, so `volatile-*` policies take them first). Warns once for
+    /// this server, or refuses it with `require_noeviction`. A server that refuses `CONFIG`
+    /// passes, with a DEBUG note: its policy cannot be seen.
+    async fn check_eviction(&self) -> Result<(), LockError> {
+        let replies = match self
+            .each_primary("CONFIG", &["GET", "maxmemory-policy"])
+            .await
+        {
+            Ok(replies) => replies,
+            Err(e) if e.kind() == ErrorKind::Io || e.is_timeout() => {
+                return Err(self.setup_error(e));
+            }
+            Err(e) => {
+                tracing::debug!(
+                    server = %self.addr,
+                    error = %e,
+                    "cannot read maxmemory-policy (CONFIG is not allowed here); make sure the \
+                     server does not evict keys"
+                );
+                return Ok(());
+            }
+        };
+        let evicting: Vec<String> = replies
+            .into_iter()
+            .filter_map(|(primary, reply)| {
+                let policy = policy_of(reply)?;
+                (policy != "noeviction").then(|| format!("{primary} ({policy})"))
+            })
+            .collect();
+        if evicting.is_empty() {
+            return Ok(());
+        }
+        let what = format!(
+            "maxmemory-policy lets the server evict lock keys on {}: an evicted key lets a \
+             second holder in while the first still runs; set `maxmemory-policy noeviction` \
+             on the servers that keep locks (or use servers of their own for locks)",
+            evicting.join(", ")
+        );
+        if self.settings.require_noeviction {
+            return Err(LockError::config("", what));
+        }
+        tracing::warn!(server = %self.addr, "{what}");
         Ok(())
     }
 
@@ -124,4 +171,14 @@ impl Node {
             }
         }
     }
+}
+
+/// The policy in a `CONFIG GET maxmemory-policy` reply (a name-value list, or a map in RESP3).
+fn policy_of(reply: Value) -> Option<String> {
+    let value = match reply {
+        Value::Array(mut items) if items.len() == 2 => items.pop()?,
+        Value::Map(mut pairs) if pairs.len() == 1 => pairs.pop()?.1,
+        _ => return None,
+    };
+    String::from_redis_value(value).ok()
 }

@@ -1,0 +1,138 @@
+//! A server that evicts keys can delete a held lock's key: the unsafe control shows two holders
+//! at once under memory pressure, and the check at connect names `maxmemory-policy` (a warning,
+//! or a `Config` error with `require_noeviction`). A server that refuses `CONFIG` still works.
+
+mod support;
+
+use lock_runtime::testing::RedisServer;
+use lock_runtime::{LockError, LockOptions, Locker};
+use support::{ms, raw_connection};
+
+/// A server with little memory that evicts any key (`allkeys-random`, so that a lock key,
+/// recently used or not, goes as soon as the cache fills).
+fn evicting_server(policy: &str) -> RedisServer {
+    RedisServer::start_with(&["--maxmemory", "4mb", "--maxmemory-policy", policy])
+}
+
+/// Cache writes fill the server until `key` is evicted (bounded: at most 64 MB written).
+async fn fill_until_evicted(server: &RedisServer, key: &str) -> usize {
+    let mut raw = raw_connection(&server.url()).await;
+    let blob = "x".repeat(64 * 1024);
+    for i in 0..1024 {
+        let _: Result<(), _> = redis::cmd("SET")
+            .arg(format!("cache:{i}"))
+            .arg(&blob)
+            .query_async(&mut raw)
+            .await;
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg(key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        if exists == 0 {
+            return i;
+        }
+    }
+    panic!("`{key}` was never evicted");
+}
+
+/// Unsafe control: with an evicting policy, cache writes evict the held key and a second
+/// caller takes the lock while the first still holds its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsafe_control_an_evicting_server_lets_two_holders_in() {
+    let server = evicting_server("allkeys-random");
+    let first = Locker::connect(&server.url()).await.unwrap();
+    let second = Locker::connect(&server.url()).await.unwrap();
+    let opts = LockOptions::new(ms(30_000));
+    let held = first.acquire("job", &opts).await.unwrap();
+    let writes = fill_until_evicted(&server, &first.key_of("job")).await;
+    let overlap = second.acquire("job", &opts).await.unwrap();
+    println!("the held key went after {writes} cache writes");
+    // Two leases of one lock, both believed held: the overlap eviction causes.
+    assert!(held.is_held() && overlap.is_held());
+    assert!(overlap.fence() > held.fence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_names_an_evicting_policy() {
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let server = evicting_server(policy);
+        let mut connected = None;
+        let logs = support::capture_logs(async {
+            connected = Some(Locker::connect(&server.url()).await);
+        })
+        .await;
+        assert!(connected.unwrap().is_ok());
+        let warnings: Vec<&String> = logs
+            .iter()
+            .filter(|l| l.starts_with("WARN") && l.contains("maxmemory-policy"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "{policy}: {logs:?}");
+        assert!(warnings[0].contains(policy), "{}", warnings[0]);
+        assert!(warnings[0].contains("noeviction"), "{}", warnings[0]);
+
+        let refused = Locker::builder()
+            .url(server.url())
+            .require_noeviction()
+            .connect()
+            .await
+            .unwrap_err();
+        assert!(matches!(refused, LockError::Config { .. }), "{refused}");
+        assert!(
+            refused.to_string().contains("maxmemory-policy"),
+            "{refused}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_evict_passes_in_silence() {
+    let server = RedisServer::start();
+    let mut connected = None;
+    let logs = support::capture_logs(async {
+        connected = Some(
+            Locker::builder()
+                .url(server.url())
+                .require_noeviction()
+                .connect()
+                .await,
+        );
+    })
+    .await;
+    assert!(connected.unwrap().is_ok());
+    assert!(
+        !logs.iter().any(|l| l.contains("maxmemory-policy")),
+        "{logs:?}"
+    );
+}
+
+/// `CONFIG` renamed away (as managed services do): the policy cannot be read, the locker
+/// connects and works, and says so at DEBUG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_config_still_works() {
+    let server = RedisServer::start_with(&["--rename-command", "CONFIG", "\"\""]);
+    let mut connected = None;
+    let logs = support::capture_logs(async {
+        connected = Some(
+            Locker::builder()
+                .url(server.url())
+                .require_noeviction()
+                .connect()
+                .await,
+        );
+    })
+    .await;
+    let locker = connected.unwrap().unwrap();
+    assert!(
+        logs.iter()
+            .any(|l| l.starts_with("DEBUG") && l.contains("cannot read maxmemory-policy")),
+        "{logs:?}"
+    );
+    locker
+        .acquire("job", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
