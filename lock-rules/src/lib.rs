@@ -11,6 +11,11 @@ use std::fmt;
 /// The shortest lease: below it, the default `max_exec = ttl - drift` would leave the body no time.
 pub const MIN_TTL_MS: u64 = 3;
 
+/// The longest lease: 100 years (36500d). Redis takes an expiry only while it stays within its
+/// clock's range in milliseconds; a bound far inside that range keeps every deadline computed
+/// from a ttl representable too.
+pub const MAX_TTL_MS: u64 = 36_500 * 86_400_000;
+
 /// The clock drift allowed for a lease of `ttl_ms`: `ttl/100 + 2ms` (clock rates may differ by 1%,
 /// plus a little for the round trip). A lease is valid until `ttl - drift` after it was granted.
 pub const fn drift_ms(ttl_ms: u64) -> u64 {
@@ -83,8 +88,8 @@ pub struct Broken {
 
 /// Every rule the durations break, in the order `ttl`, `max_exec`, `renew`, `min_hold`:
 ///
-/// - `ttl >= 3ms`, so that `ttl - drift` is above zero (when it fails, nothing else is checked:
-///   every other rule is relative to ttl);
+/// - `3ms <= ttl <= 36500d`, so that `ttl - drift` is above zero and Redis can keep the key
+///   (when it fails, nothing else is checked: every other rule is relative to ttl);
 /// - `0 < max_exec <= ttl - drift`, so the body is stopped before the key can expire;
 /// - `0 < renew <= ttl / 2`, so a failed renewal can be retried before the key expires;
 /// - `min_hold <= ttl`, since the key cannot be kept past its lease.
@@ -104,6 +109,17 @@ pub fn check(durations: Durations) -> Vec<Broken> {
                  least {}; raise ttl",
                 format_ms(ttl),
                 format_ms(MIN_TTL_MS)
+            ),
+        )];
+    }
+    if ttl > MAX_TTL_MS {
+        return vec![broken(
+            DurationKey::Ttl,
+            format!(
+                "ttl = {} is too long: Redis cannot keep a key for that long, and a lock should \
+                 not need it; use at most {} (a lease is renewed while its body runs)",
+                format_ms(ttl),
+                format_ms(MAX_TTL_MS)
             ),
         )];
     }
@@ -222,6 +238,10 @@ pub const CASES: &[Case] = {
         case(2, Some(0), Some(9), Some(9), &[Ttl]),
         case(3, None, None, None, &[]),
         case(30_000, None, None, None, &[]),
+        // ttl: at most 100 years.
+        case(MAX_TTL_MS, None, None, None, &[]),
+        case(MAX_TTL_MS + 1, Some(0), None, None, &[Ttl]),
+        case(2 * MAX_TTL_MS, None, None, None, &[Ttl]),
         // max_exec <= ttl - drift. ttl 3ms: drift 2ms, limit 1ms.
         case(3, Some(1), None, None, &[]),
         case(3, Some(2), None, None, &[MaxExec]),
@@ -283,7 +303,20 @@ mod tests {
             min_hold: Some(u64::MAX),
         };
         let blamed: Vec<DurationKey> = check(huge).iter().map(|b| b.key).collect();
-        assert_eq!(blamed, [DurationKey::MaxExec, DurationKey::Renew]);
+        assert_eq!(blamed, [DurationKey::Ttl]);
+        let huge = Durations {
+            ttl: MAX_TTL_MS,
+            ..huge
+        };
+        let blamed: Vec<DurationKey> = check(huge).iter().map(|b| b.key).collect();
+        assert_eq!(
+            blamed,
+            [
+                DurationKey::MaxExec,
+                DurationKey::Renew,
+                DurationKey::MinHold
+            ]
+        );
     }
 
     #[test]

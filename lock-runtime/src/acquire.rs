@@ -12,6 +12,9 @@ use crate::queue::{QueuePlace, StaleHeads};
 use crate::quorum::{Acquired, Ask, Late, Quorum};
 use crate::validity::{Granted, LeaseState};
 use crate::watchdog::Watchdog;
+
+/// A wait that never ends in practice: 100 years.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 use crate::{Lease, LockError, LockOptions};
 
 /// Everything a locker needs to hand out leases: its deployment, its renewal schedule and the
@@ -115,7 +118,10 @@ impl Acquirer {
             _ => None,
         };
         let begun = Instant::now();
-        let wait_until = begun + opts.wait();
+        // A wait too long for the clock to count to is a wait as long as it takes.
+        let wait_until = begun
+            .checked_add(opts.wait())
+            .unwrap_or_else(|| begun + FOREVER);
         let mut backoff = Duration::from_millis(10);
         let mut error_backoff = Duration::from_millis(5);
         // A connection found gone is tried again once, at once (see below).

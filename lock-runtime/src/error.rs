@@ -19,11 +19,14 @@ pub enum LockError {
         /// How long this call waited.
         waited: Duration,
     },
-    /// The lease ended before the body finished: the key expired, was deleted or taken over,
-    /// or renewal could not be confirmed in time. The body was cancelled.
+    /// The lease was lost while the body ran: the key expired, was deleted or taken over, or
+    /// renewal could not be confirmed in time. The body was cancelled, or (found at release,
+    /// [`LostReason::GoneAtRelease`]) it had run to its end, partly without the lock.
     #[error(
-        "lock `{name}` was lost while held ({reason}); the body was cancelled. \
-         Another holder may have run: keep bodies shorter than `ttl` and use the fence"
+        "lock `{name}` was lost while held ({reason}); {}. Another holder may have run at the \
+         same time: keep bodies shorter than `ttl`, keep the key safe from eviction and \
+         failover, and use the fence",
+        reason.body_outcome()
     )]
     Lost {
         /// The lock's name.
@@ -109,6 +112,24 @@ pub enum LostReason {
     /// A renewal was applied by the primary but not acknowledged by the replicas that
     /// `replicas(n)` asks for: a failover could lose the key.
     NotReplicated,
+    /// The release found that the key no longer held this lease's token: it expired, was
+    /// deleted (an operator's force-release, eviction, a failover) or was taken over while the
+    /// body ran, and no renewal had shown it yet.
+    GoneAtRelease,
+    /// The lease was released by its holder (seen by a handle that outlived it, such as one a
+    /// nested call returned).
+    Released,
+}
+
+impl LostReason {
+    /// What became of the body.
+    fn body_outcome(&self) -> &'static str {
+        match self {
+            Self::GoneAtRelease => "the body had run to its end, partly without the lock",
+            Self::Released => "the body had finished",
+            _ => "the body was cancelled",
+        }
+    }
 }
 
 impl std::fmt::Display for LostReason {
@@ -119,6 +140,11 @@ impl std::fmt::Display for LostReason {
             Self::NotReplicated => {
                 "a renewal was not acknowledged by the replicas asked for, so a failover could lose the key"
             }
+            Self::GoneAtRelease => {
+                "the release found the key no longer holding this lease's token: it expired, was \
+                 deleted or was taken over while the body ran"
+            }
+            Self::Released => "the lease was released",
         })
     }
 }

@@ -2,8 +2,16 @@
 //! nested call on one of them runs under the lease already held instead of waiting for itself.
 //!
 //! Task-local on purpose: another task, even one spawned by the holder, is another holder.
+//!
+//! Nested sections on one name take turns: a body may run several at once (`join!`, `select!`,
+//! a stream of futures), and each expects to be alone inside, as a lock promises. Each frame
+//! (the outermost call, and each nested section) has a place where the sections nested
+//! directly in it queue, first come first served; a section strictly inside another queues in
+//! the inner one's place, so it never waits for the section around it.
 
 use std::sync::Arc;
+
+use tokio::sync::{Mutex, MutexGuard};
 
 use crate::validity::LeaseState;
 
@@ -16,6 +24,9 @@ struct Held {
     /// Which locker: an identity its clones share.
     locker: usize,
     lease: Arc<LeaseState>,
+    /// Where the sections nested directly in this frame take turns: `None` for the outermost
+    /// call (the lease's own place, no allocation), a place of its own for a nested section.
+    sections: Option<Arc<Mutex<()>>>,
 }
 
 /// What the task holds: the innermost lease inline, and those of the calls around it (empty for
@@ -32,12 +43,37 @@ impl Holding {
     }
 }
 
+/// A lease this task holds, found by a nested call, in the frame nearest to that call.
+pub(crate) struct Found(Held);
+
+impl Found {
+    /// The lease held.
+    pub(crate) fn lease(&self) -> &Arc<LeaseState> {
+        &self.0.lease
+    }
+
+    /// Waits for this nested section's turn among the sections of its frame.
+    pub(crate) async fn turn(&self) -> MutexGuard<'_, ()> {
+        match &self.0.sections {
+            Some(place) => place.lock().await,
+            None => self.0.lease.sections.lock().await,
+        }
+    }
+
+    /// Runs `fut`, a nested section, as a frame of its own: sections nested in it take turns
+    /// among themselves, not with it.
+    pub(crate) fn section<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        let place = Some(Arc::new(Mutex::new(())));
+        enter(self.0.locker, Arc::clone(&self.0.lease), place, fut)
+    }
+}
+
 /// The lease this task holds on `key` through locker `locker`, if any.
-pub(crate) fn find(locker: usize, key: &str) -> Option<Arc<LeaseState>> {
+pub(crate) fn find(locker: usize, key: &str) -> Option<Found> {
     HELD.try_with(|held| {
         held.iter()
             .find(|h| h.locker == locker && h.lease.key == key)
-            .map(|h| Arc::clone(&h.lease))
+            .map(|h| Found(h.clone()))
     })
     .ok()
     .flatten()
@@ -50,6 +86,15 @@ pub(crate) fn holding<F: Future>(
     lease: Arc<LeaseState>,
     fut: F,
 ) -> impl Future<Output = F::Output> {
+    enter(locker, lease, None, fut)
+}
+
+fn enter<F: Future>(
+    locker: usize,
+    lease: Arc<LeaseState>,
+    sections: Option<Arc<Mutex<()>>>,
+    fut: F,
+) -> impl Future<Output = F::Output> {
     let outer = HELD
         .try_with(|held| {
             let mut outer = held.outer.clone();
@@ -57,6 +102,10 @@ pub(crate) fn holding<F: Future>(
             outer
         })
         .unwrap_or_default();
-    let innermost = Held { locker, lease };
+    let innermost = Held {
+        locker,
+        lease,
+        sections,
+    };
     HELD.scope(Holding { innermost, outer }, fut)
 }

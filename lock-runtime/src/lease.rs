@@ -79,19 +79,25 @@ impl Lease {
         self.state.valid_until()
     }
 
-    /// Whether the lease is still held: not reported lost and inside its validity.
+    /// Whether the lease is still held: not released, not reported lost and inside its
+    /// validity. A handle to a lease its outer call released (a nested lease that escaped it)
+    /// is not held.
     pub fn is_held(&self) -> bool {
         let s = self.state.status.get();
-        s.lost.is_none() && Instant::now() < s.valid_until
+        !self.state.is_ended() && s.lost.is_none() && Instant::now() < s.valid_until
     }
 
-    /// Resolves when the lease is lost, with the reason.
+    /// Resolves when the lease is lost, with the reason; [`LostReason::Released`] once it was
+    /// released (seen by a handle that outlived its outer call).
     pub async fn lost(&self) -> LostReason {
         let mut rx = self.state.status.subscribe();
         loop {
             let s = rx.borrow_and_update();
             if let Some(reason) = s.lost {
                 return reason;
+            }
+            if self.state.is_ended() {
+                return LostReason::Released;
             }
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {
@@ -123,12 +129,7 @@ impl Lease {
         // in the background (compare-and-delete twice is harmless).
         let out = renewing.quorum().release(&self.state).await;
         self.released = true;
-        match &out {
-            Ok(()) => crate::observe::released(self.state.label()),
-            // A lost lease's key is gone already: that was reported when it was lost.
-            Err(LockError::Lost { .. }) if self.state.status.get().lost.is_some() => {}
-            Err(e) => crate::observe::release_failed(self.state.label(), e),
-        }
+        released(&self.state, &out);
         out
     }
 
@@ -155,12 +156,8 @@ impl Drop for Lease {
             Ok(handle) => {
                 let (quorum, state) = (Arc::clone(renewing.quorum()), Arc::clone(&self.state));
                 handle.spawn(async move {
-                    match quorum.release(&state).await {
-                        Ok(()) => crate::observe::released(state.label()),
-                        // A lost lease's key is gone already: nothing failed.
-                        Err(LockError::Lost { .. }) if state.status.get().lost.is_some() => {}
-                        Err(e) => crate::observe::release_failed(state.label(), &e),
-                    }
+                    let out = quorum.release(&state).await;
+                    released(&state, &out);
                 });
             }
             Err(_) => tracing::warn!(
@@ -168,5 +165,19 @@ impl Drop for Lease {
                 "lease dropped outside a tokio runtime: the key stays until its ttl runs out"
             ),
         }
+    }
+}
+
+/// Logs and counts how a release went. A key found no longer ours is a loss of its own, unless
+/// the loss was reported already (then the key is gone, as expected).
+fn released(state: &LeaseState, out: &Result<(), LockError>) {
+    match out {
+        Ok(()) => crate::observe::released(state.label()),
+        Err(LockError::Lost { .. }) if state.status.get().lost.is_some() => {}
+        Err(LockError::Lost { reason, .. }) => {
+            state.mark_lost(*reason);
+            crate::observe::lost_at_release(state.label());
+        }
+        Err(e) => crate::observe::release_failed(state.label(), e),
     }
 }

@@ -90,8 +90,8 @@ impl Locker {
         opts.validate_for(name)?;
         check_name(name, self.inner.format)?;
         let key = self.key_of(name);
-        if let Some(held) = crate::held::find(self.id(), &key) {
-            return self.nested(held, opts).await;
+        if let Some(found) = crate::held::find(self.id(), &key) {
+            return self.nested(Arc::clone(found.lease()), opts).await;
         }
         self.inner
             .acquirer
@@ -103,9 +103,11 @@ impl Locker {
     /// the lock is lost, and release on every path (panics are resumed after the release).
     ///
     /// Reentrant within a task: a nested `run` (or locked function) on a name the current task
-    /// already holds through this locker runs at once under the held lease, bounded by its own
-    /// `max_exec`, and leaves the release to the outer call. Another task, even one spawned by
-    /// the holder, is another holder and waits.
+    /// already holds through this locker runs under the held lease, bounded by its own
+    /// `max_exec`, and leaves the release to the outer call. Nested sections that the body runs
+    /// at once (`join!`, `select!`, a stream of futures) take turns, in the order they began; a
+    /// section strictly inside another runs at once. Another task, even one spawned by the
+    /// holder, is another holder and waits.
     ///
     /// ```no_run
     /// # async fn demo(locker: lock_runtime::Locker) -> Result<(), lock_runtime::LockError> {
@@ -175,11 +177,15 @@ impl Locker {
             async {
                 // The wait is timed only for a span that records it.
                 let begun = (!span.is_disabled()).then(tokio::time::Instant::now);
-                if let Some(held) = crate::held::find(self.id(), &key) {
-                    let lease = self.nested(held, opts).await?;
+                if let Some(found) = crate::held::find(self.id(), &key) {
+                    // After the sections nested beside this one that came first.
+                    let _turn = found.turn().await;
+                    let lease = self.nested(Arc::clone(found.lease()), opts).await?;
                     record_fence(&span, &lease);
-                    span.record("waited_ms", 0);
-                    return crate::run::run_body(lease, opts, body).await;
+                    if let Some(begun) = begun {
+                        span.record("waited_ms", begun.elapsed().as_millis() as u64);
+                    }
+                    return found.section(crate::run::run_body(lease, opts, body)).await;
                 }
                 let lease = self.inner.acquirer.acquire(key, name, opts).await?;
                 record_fence(&span, &lease);

@@ -101,6 +101,18 @@ pub(crate) fn lost(label: Label<'_>, reason: LostReason) {
     metrics::counter!("lock_lost_total", "lock" => label.value()).increment(1);
 }
 
+/// The release found the key no longer ours: the body ran to its end, partly without the lock.
+pub(crate) fn lost_at_release(label: Label<'_>) {
+    tracing::warn!(
+        lock = label.name,
+        template = label.template,
+        "the release found the key no longer holding this lease's token (expired, deleted or \
+         taken over while the body ran): the body ran partly without the lock"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_lost_total", "lock" => label.value()).increment(1);
+}
+
 pub(crate) fn max_exec(label: Label<'_>, max_exec: Duration) {
     tracing::warn!(
         lock = label.name,
@@ -116,7 +128,12 @@ pub(crate) fn released(label: Label<'_>) {
 }
 
 pub(crate) fn release_failed(label: Label<'_>, error: &dyn std::fmt::Display) {
-    tracing::warn!(lock = label.name, %error, "release failed; the key expires by its ttl");
+    tracing::warn!(
+        lock = label.name,
+        %error,
+        "release failed; unless the release reached the server after all, the key stays until \
+         its ttl runs out"
+    );
     #[cfg(feature = "metrics")]
     metrics::counter!("lock_release_failures_total", "lock" => label.value()).increment(1);
 }

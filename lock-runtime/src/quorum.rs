@@ -680,7 +680,7 @@ impl Quorum {
             }
             return match out {
                 Ok(true) => Ok(()),
-                Ok(false) => Err(lease.lost_error(LostReason::NotOwner)),
+                Ok(false) => Err(lease.lost_error(LostReason::GoneAtRelease)),
                 Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
             };
         }
@@ -711,7 +711,7 @@ impl Quorum {
             return Ok(());
         }
         if t.no > n - needed {
-            return Err(lease.lost_error(LostReason::NotOwner));
+            return Err(lease.lost_error(LostReason::GoneAtRelease));
         }
         let failures: Vec<(usize, Failure)> = replies
             .into_iter()

@@ -39,7 +39,7 @@ where
         match stopped(now, deadline, lease.state.status.get()) {
             Some(out) => out,
             None => match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
-                Poll::Ready(done) => finished(done, &lease),
+                Poll::Ready(done) => finished(done, &lease, deadline),
                 Poll::Pending => race(&mut body, deadline, &lease).await,
             },
         }
@@ -62,10 +62,18 @@ where
             max_exec,
         }
     });
-    // A failed release is logged and counted by the lease; the body's value stands.
-    let _ = lease.release().await;
+    // A key found no longer ours means the body ran partly without the lock: the caller must
+    // know. Any other failed release is logged and counted by the lease; the body's value
+    // stands (the key expires by its ttl).
+    let released = lease.release().await;
     if let Some(error) = max_exec_error {
         return Err(error);
+    }
+    if let Err(lost @ LockError::Lost { .. }) = released {
+        if let Outcome::Panicked(panic) = outcome {
+            resume_unwind(panic);
+        }
+        return Err(lost);
     }
     match outcome {
         Outcome::Done(v) => Ok(v),
@@ -94,24 +102,26 @@ where
         }
         tokio::select! {
             biased;
-            done = body.as_mut() => return finished(done, lease),
+            done = body.as_mut() => return finished(done, lease, deadline),
             () = tokio::time::sleep_until(deadline.min(current.valid_until)) => {}
             () = status.changed() => {}
         }
     }
 }
 
-/// What a body that finished means: a body that finished after its lease was lost or ran out
-/// ran (partly) without the lock, which is reported rather than its value.
-fn finished<T>(done: Result<T, Box<dyn Any + Send>>, lease: &Lease) -> Outcome<T> {
-    let status = lease.state.status.get();
+/// What a body that finished means: a body that finished after its lease was lost or ran out,
+/// or past `max_exec` (it blocked its thread, so nothing could stop it in time), is reported as
+/// such rather than with its value.
+fn finished<T>(
+    done: Result<T, Box<dyn Any + Send>>,
+    lease: &Lease,
+    deadline: Instant,
+) -> Outcome<T> {
     match done {
         Err(panic) => Outcome::Panicked(panic),
-        Ok(_) if status.lost.is_some() => {
-            Outcome::Lost(status.lost.unwrap_or(LostReason::NotOwner))
+        Ok(v) => {
+            stopped(Instant::now(), deadline, lease.state.status.get()).unwrap_or(Outcome::Done(v))
         }
-        Ok(_) if status.valid_until <= Instant::now() => Outcome::Lost(LostReason::ValidityExpired),
-        Ok(v) => Outcome::Done(v),
     }
 }
 

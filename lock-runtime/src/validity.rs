@@ -29,6 +29,8 @@ pub(crate) struct LeaseState {
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
+    /// Where the sections nested directly in the outermost call take turns (see `held`).
+    pub sections: tokio::sync::Mutex<()>,
 }
 
 /// The parts of a lease fixed at acquire time.
@@ -70,6 +72,7 @@ impl LeaseState {
             template: g.template,
             status,
             ended: AtomicBool::new(false),
+            sections: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -154,11 +157,13 @@ impl LeaseState {
         self.status.get().valid_until
     }
 
-    /// Marks the lease released or dropped; true the first time.
+    /// Marks the lease released or dropped; true the first time. Whoever waits on the lease's
+    /// standing (`Lease::lost` on a handle that outlived it) is woken.
     pub(crate) fn end(&self) -> bool {
         let first = !self.ended.swap(true, Ordering::AcqRel);
         if first {
             crate::observe::ended(self.label(), self.started);
+            self.status.send_if_modified(|_| true);
         }
         first
     }

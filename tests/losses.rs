@@ -1,0 +1,209 @@
+//! A locked call says when its lock did not protect it: a key found gone at release is `Lost`,
+//! a body that blocked past `max_exec` is `MaxExecExceeded`; and limits are errors or "as long
+//! as it takes", never panics.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockOptions, LostReason};
+use support::{Env, ms};
+
+/// ttl 30 s, the key deleted 0.2 s into the body (before any renewal): the call returns
+/// `Lost`, and no log line claims the key expires by its ttl or that the body was cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_under_the_body_is_reported_lost_at_release() {
+    let env = Env::start().await;
+    let key = env.key("job");
+    let mut out = None;
+    let logs = support::capture_logs(async {
+        out = Some(
+            env.locker
+                .run("job", &LockOptions::new(ms(30_000)), async |_| {
+                    tokio::time::sleep(ms(200)).await;
+                    env.del(&key).await;
+                    tokio::time::sleep(ms(300)).await;
+                    "done"
+                })
+                .await,
+        );
+    })
+    .await;
+    match out.unwrap() {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LostReason::GoneAtRelease),
+        other => panic!("{other:?}"),
+    }
+    let logs = logs.join("\n");
+    assert!(logs.contains("release found the key no longer"), "{logs}");
+    for false_claim in [
+        "expires by its ttl",
+        "body is cancelled",
+        "body was cancelled",
+    ] {
+        assert!(!logs.contains(false_claim), "{false_claim}: {logs}");
+    }
+    // The error says what happened to the body.
+    let err = env
+        .locker
+        .run("job", &LockOptions::new(ms(30_000)), async |_| {
+            env.del(&key).await;
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("run to its end, partly without the lock"),
+        "{err}"
+    );
+}
+
+/// The same key taken over by another locker meanwhile: `Lost`, and the new holder's key is
+/// left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_taken_over_under_the_body_is_lost_and_the_new_holder_keeps_it() {
+    let env = Env::start().await;
+    let key = env.key("job");
+    let other = env.second_locker().await;
+    let opts = LockOptions::new(ms(30_000));
+    let mut taker = None;
+    let out = env
+        .locker
+        .run("job", &opts, async |_| {
+            env.del(&key).await;
+            taker = Some(other.acquire("job", &opts).await.unwrap());
+        })
+        .await;
+    assert!(
+        matches!(
+            out,
+            Err(LockError::Lost {
+                reason: LostReason::GoneAtRelease,
+                ..
+            })
+        ),
+        "{out:?}"
+    );
+    let taker = taker.unwrap();
+    assert!(env.get(&key).await.is_some_and(|v| v == taker.token()));
+    taker.release().await.unwrap();
+}
+
+/// A manual release of a lease whose key is gone says so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_release_of_a_gone_key_is_lost() {
+    let env = Env::start().await;
+    let lease = env
+        .locker
+        .acquire("job", &LockOptions::new(ms(30_000)))
+        .await
+        .unwrap();
+    env.del(&env.key("job")).await;
+    let err = lease.release().await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LostReason::GoneAtRelease,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+/// A body that blocks its thread past `max_exec` and returns without another `.await` is
+/// reported as having run too long, on either runtime.
+#[test]
+fn a_body_blocking_past_max_exec_is_reported_on_every_runtime() {
+    for multi_thread in [true, false] {
+        let runtime = if multi_thread {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        }
+        .unwrap();
+        runtime.block_on(async {
+            let env = Env::start().await;
+            let opts = LockOptions::new(ms(2_000)).with_max_exec(ms(300));
+            let out = env
+                .locker
+                .run("job", &opts, async |_| {
+                    tokio::task::yield_now().await;
+                    std::thread::sleep(ms(500));
+                    "done"
+                })
+                .await;
+            assert!(
+                matches!(out, Err(LockError::MaxExecExceeded { .. })),
+                "multi_thread {multi_thread}: {out:?}"
+            );
+            // And without any `.await` at all.
+            let out = env
+                .locker
+                .run("job", &opts, async |_| {
+                    std::thread::sleep(ms(500));
+                })
+                .await;
+            assert!(
+                matches!(out, Err(LockError::MaxExecExceeded { .. })),
+                "multi_thread {multi_thread}, no await: {out:?}"
+            );
+            // The lock was released all the same.
+            assert!(!env.exists(&env.key("job")).await);
+        });
+    }
+}
+
+/// A very large wait is a wait as long as it takes: on a free lock and on a busy one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_wait_waits_as_long_as_it_takes() {
+    let env = Env::start().await;
+    let forever = LockOptions::new(ms(5_000)).with_wait(Duration::MAX);
+    env.locker
+        .acquire("job", &forever)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let held = env
+        .locker
+        .acquire("job", &LockOptions::new(ms(5_000)))
+        .await
+        .unwrap();
+    let other = env.second_locker().await;
+    let waiter = tokio::spawn(async move { other.acquire("job", &forever).await.map(drop) });
+    tokio::time::sleep(ms(200)).await;
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter gets the lock")
+        .unwrap()
+        .unwrap();
+}
+
+/// A ttl Redis cannot take is a `Config` error from `validate()`, before any request.
+#[tokio::test]
+async fn a_ttl_redis_cannot_take_is_a_config_error() {
+    let year = Duration::from_secs(365 * 86_400);
+    for ttl in [
+        Duration::MAX,
+        300_000_000 * year,
+        Duration::from_millis(u64::MAX),
+        101 * year,
+    ] {
+        let err = LockOptions::new(ttl).validate().unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{ttl:?}: {err}");
+    }
+    let err = LockOptions::new(101 * year)
+        .validate()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ttl") && err.contains("too long"), "{err}");
+    assert!(LockOptions::new(100 * year).validate().is_ok());
+}
