@@ -18,10 +18,47 @@
 //! }
 //! ```
 //!
-//! The call acquires `lock:{report:<tenant>}` (waiting up to 5 s, woken by the holder's release),
-//! renews it in the background, cancels the body at its deadline or when the lock is lost, and
-//! releases it on every return path. The same engine is available by hand through
-//! [`Locker::acquire`] and [`Locker::run`].
+//! The call acquires `lock:{report:<tenant>}` (waiting up to 5 s in a fair queue, woken by the
+//! holder's release), renews it in the background, cancels the body at its deadline or when the
+//! lock is lost, and releases it on every return path. The options, the accepted functions and
+//! what the expansion does are on [`distributed_lock`]. The same engine is available by hand
+//! through [`Locker::acquire`] and [`Locker::run`], with [`LockOptions`]; every failure is a
+//! [`LockError`].
+//!
+//! # Which Redis
+//!
+//! A function without `locker = ..` uses the process default locker: the one given to
+//! [`set_default_locker`], else one made on first use from the environment
+//! ([`LockerBuilder::from_env`]):
+//!
+//! 1. `LOCK_REDIS_CLUSTER`: comma-separated seed URLs of a Redis Cluster;
+//! 2. else `LOCK_REDIS_SENTINELS` with `LOCK_REDIS_SENTINEL_MASTER`: the primary those Sentinels
+//!    name;
+//! 3. else `LOCK_REDIS_URL`, then `REDIS_URL`: one server, or Redlock over comma-separated URLs;
+//! 4. else `redis://127.0.0.1:6379`.
+//!
+//! `LOCK_REDIS_REPLICAS=n` adds [`replicas(n)`](LockerBuilder::replicas). A locker of your own
+//! comes from [`Locker::connect`], [`Locker::redlock`] or [`Locker::builder`] (Cluster, Sentinel,
+//! key prefix and format, timeouts, TLS with the `tls` feature).
+//!
+//! # Features
+//!
+//! - `tls`: `rediss://` URLs.
+//! - `metrics`: counters, histograms and a gauge through the `metrics` facade.
+//! - `testing`: the `lock_runtime::testing` module: private `redis-server` processes, Redis
+//!   Cluster, Sentinel and fault injection, to test your own locked code.
+//!
+//! # Guides
+//!
+//! The repository's `docs/` folder holds the guides, next to its README and CHANGELOG:
+//!
+//! - `docs/guarantees.md`: what a lock promises, what Redis must not lose (persistence,
+//!   failover, eviction), clocks, pauses, and how storage should check a fence;
+//! - `docs/deployments.md`: one server, Cluster, Sentinel, `replicas(n)`, Redlock, the key
+//!   formats and sharing locks with Python;
+//! - `docs/operations.md`: `lockctl`, tracing events, metrics;
+//! - `docs/performance.md`: the benchmark, how it measures, the current figures;
+//! - `docs/testing.md`: testing your own locked code against private servers.
 
 #![warn(missing_docs)]
 
