@@ -1,56 +1,101 @@
-//! Request handlers that must not work on the same entity twice at once.
+//! An HTTP route that must not work on the same order twice at once, across every instance of
+//! the service.
 //!
-//! Run: `cargo run --example http_handler` (uses `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example http_handler` or `cargo run --example http_handler` (uses
+//! `REDIS_URL` when set, else a private redis-server; `RUST_LOG=debug` shows the engine's events).
 //!
-//! `withdraw` does a read-modify-write on an account balance with a slow step in between, as a
-//! handler calling other services would. The lock name comes from the argument
-//! (`account:{account_id}`), so requests for the same account serialise while requests for
-//! different accounts run in parallel. Plain tokio tasks stand in for an HTTP server's requests.
+//! `POST /orders/{id}/ship` calls `ship`, whose lock is named after the order (`order:{id}`):
+//! requests for different orders run side by side, and a request for an order that another
+//! request (on this instance or another) is shipping gets `409 Conflict` at once (`wait = "0s"`)
+//! instead of shipping it twice. The example serves on 127.0.0.1:0, sends two requests for order
+//! 7 and one for order 8 at the same time over plain TCP, prints the answers and exits.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockError, Locker, distributed_lock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
-/// The handler's error type: lock failures become a 409/503-style answer.
-#[derive(Debug)]
+/// How many times each order was shipped.
+#[derive(Default)]
+struct Orders(Mutex<HashMap<u64, u32>>);
+
+/// The route's errors, as HTTP answers.
 enum ApiError {
+    /// Another request holds the order's lock.
+    Busy,
+    /// Redis unreachable, the lease lost mid-way, and the like: the order's state is unknown.
     Lock(LockError),
-    InsufficientFunds,
 }
 
 impl From<LockError> for ApiError {
     fn from(e: LockError) -> Self {
-        ApiError::Lock(e)
+        match e {
+            LockError::Busy { .. } => ApiError::Busy,
+            e => ApiError::Lock(e),
+        }
     }
 }
 
-#[derive(Default)]
-struct Accounts(Mutex<HashMap<u64, u64>>);
-
-impl Accounts {
-    fn balance(&self, id: u64) -> u64 {
-        self.0.lock().unwrap().get(&id).copied().unwrap_or(0)
-    }
-    fn set(&self, id: u64, value: u64) {
-        self.0.lock().unwrap().insert(id, value);
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::Busy => (
+                StatusCode::CONFLICT,
+                "another request is shipping this order; retry later\n",
+            )
+                .into_response(),
+            ApiError::Lock(e) => {
+                (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
+            }
+        }
     }
 }
 
-/// Uses the process default locker (set in `main`).
-#[distributed_lock(name = "account:{account_id}", ttl = "2s", wait = "5s")]
-async fn withdraw(account_id: u64, amount: u64, accounts: Arc<Accounts>) -> Result<u64, ApiError> {
-    let balance = accounts.balance(account_id);
-    // A slow step between the read and the write: without the lock, concurrent requests would
-    // all read the same balance and the account would lose updates.
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    let left = balance
-        .checked_sub(amount)
-        .ok_or(ApiError::InsufficientFunds)?;
-    accounts.set(account_id, left);
-    Ok(left)
+/// `POST /orders/{id}/ship`.
+async fn ship_handler(
+    State(orders): State<Arc<Orders>>,
+    Path(id): Path<u64>,
+) -> Result<String, ApiError> {
+    ship(id, &orders).await
+}
+
+/// Ships order `id`, one request at a time per order across every instance (the process
+/// default locker, set in `main`). `wait = "0s"`: a second request is answered at once rather
+/// than queued to ship the order again.
+#[distributed_lock(name = "order:{id}", ttl = "10s", wait = "0s")]
+async fn ship(id: u64, orders: &Orders) -> Result<String, ApiError> {
+    // A slow step, as a call to the carrier's service would be.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut shipped = orders.0.lock().unwrap();
+    let count = shipped.entry(id).or_default();
+    *count += 1;
+    Ok(format!("order {id} shipped\n"))
+}
+
+/// Sends `POST path` over a fresh connection; returns the status (`409 Conflict`) and the body.
+async fn post_request(addr: std::net::SocketAddr, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(addr)
+        .await
+        .expect("connect to the server");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("receive");
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status_line = head.lines().next().unwrap_or_default();
+    let status = status_line.split_once(' ').map_or("", |(_, s)| s);
+    (status.to_owned(), body.trim().to_owned())
 }
 
 #[tokio::main]
@@ -59,42 +104,35 @@ async fn main() {
     let (url, _server) = redis_url_or_private_server();
     lock_runtime::set_default_locker(Locker::connect(&url).await.expect("connect"))
         .expect("first default");
-    let accounts = Arc::new(Accounts::default());
-    for id in [1, 2, 3] {
-        accounts.set(id, 1_000);
+    let orders = Arc::new(Orders::default());
+    let app = Router::new()
+        .route("/orders/{id}/ship", post(ship_handler))
+        .with_state(Arc::clone(&orders));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    tokio::spawn(async move { axum::serve(listener, app).await.expect("serve") });
+    println!("serving on http://{addr}, locks on {url}");
+
+    let (a, b, c) = tokio::join!(
+        post_request(addr, "/orders/7/ship"),
+        post_request(addr, "/orders/7/ship"),
+        post_request(addr, "/orders/8/ship"),
+    );
+    for (id, (status, body)) in [(7, &a), (7, &b), (8, &c)] {
+        println!("POST /orders/{id}/ship -> {status}: {body}");
     }
-    // 20 concurrent requests of 10 on each of 3 accounts.
-    let started = tokio::time::Instant::now();
-    let mut requests = Vec::new();
-    for _ in 0..20 {
-        for id in [1, 2, 3] {
-            requests.push(tokio::spawn(withdraw(id, 10, Arc::clone(&accounts))));
-        }
-    }
-    let mut failed = 0;
-    for r in requests {
-        match r.await.expect("request task") {
-            Ok(_) => {}
-            Err(ApiError::Lock(e)) => {
-                failed += 1;
-                println!("request failed: {e}");
-            }
-            Err(ApiError::InsufficientFunds) => {
-                failed += 1;
-                println!("request failed: insufficient funds");
-            }
-        }
-    }
-    let took = started.elapsed();
-    for id in [1, 2, 3] {
-        println!(
-            "account {id}: balance {} (expected {})",
-            accounts.balance(id),
-            1_000 - 20 * 10
-        );
-    }
+    let mut same_order = [a.0.as_str(), b.0.as_str()];
+    same_order.sort_unstable();
+    assert_eq!(
+        same_order,
+        ["200 OK", "409 Conflict"],
+        "one request for order 7 is refused"
+    );
+    assert_eq!(c.0, "200 OK", "order 8 ships beside order 7");
+    let shipped = orders.0.lock().unwrap().clone();
+    assert_eq!(shipped.get(&7), Some(&1), "order 7 shipped once");
     println!(
-        "60 requests, {failed} failed, in {took:?}: each account serialised its 20 requests \
-         (>= 200 ms each), the 3 accounts ran side by side"
+        "order 7 shipped once: one request held `order:7` and the other got 409 Conflict at \
+         once; order 8 shipped at the same time under its own lock"
     );
 }

@@ -1,86 +1,164 @@
-//! A scheduled job that must run once per tick across the cluster.
+//! A scheduled job that must run once per tick across every process that schedules it.
 //!
-//! Run: `cargo run --example scheduled_job` (uses `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example` or `cargo run --example scheduled_job` (uses `REDIS_URL` when set,
+//! else a private redis-server; `RUST_LOG=debug` also shows the engine's events).
 //!
-//! Four workers stand in for four machines, each with its own `Locker` (its own connections).
-//! They tick every second, with clocks up to 120 ms apart. With `min_hold`, the first worker to
-//! tick keeps the lock for 800 ms even though its job takes 20 ms, so the late workers find it
-//! held and skip: exactly one run per tick. Without `min_hold`, late workers run it again.
+//! The example starts three copies of itself as worker processes, as three machines would run
+//! the service. Each schedules `send_report` every second with `tokio-cron-scheduler`. Their
+//! schedules never fire at exactly the same moment (clocks and schedulers differ: here worker
+//! `i` starts 40 ms after worker `i - 1`), and the job takes 20 ms, so by the time a late worker
+//! fires, an early one may already have finished:
+//!
+//! - without `min_hold`, the lock is free again when the early worker's 20 ms are over, and a
+//!   late worker runs the same tick again;
+//! - with `min_hold = "800ms"` (a little under the 1 s period), the first worker to fire keeps
+//!   the lock for 800 ms, the others find it held and skip: one run per tick.
+//!
+//! The parent reads which worker ran each tick from their output and checks the second case.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{Locker, distributed_lock};
+use tokio_cron_scheduler::{Job, JobScheduler};
 
-struct Worker {
-    id: u32,
-    locker: Locker,
-    runs: Arc<AtomicU32>,
+const WORKERS: u32 = 3;
+/// Ticks each round lets the workers run.
+const TICKS: u64 = 4;
+
+/// Sends the daily report; runs on one worker per tick, cluster-wide. A worker that finds the
+/// lock held skips the tick (`()` return: the skip is logged at `debug`).
+#[distributed_lock(name = "daily-report", ttl = "5s", min_hold = "800ms")]
+async fn send_report(worker: u32, tick: u64) {
+    report(worker, tick).await;
 }
 
-impl Worker {
-    /// Runs at most once per tick cluster-wide; a worker that finds it held logs and returns.
-    #[distributed_lock(name = "daily-report", ttl = "5s", min_hold = "800ms", locker = self.locker)]
-    async fn send_report(&self, tick: u32) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        println!("  tick {tick}: worker {} sends the report", self.id);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// The same job without `min_hold`: the lock is free as soon as the 20 ms body ends.
+#[distributed_lock(name = "daily-report-without-min-hold", ttl = "5s")]
+async fn send_report_without_min_hold(worker: u32, tick: u64) {
+    report(worker, tick).await;
+}
 
-    /// The same job without `min_hold`: the lock is gone as soon as the 20 ms body ends.
-    #[distributed_lock(name = "daily-report-unguarded", ttl = "5s", locker = self.locker)]
-    async fn send_report_without_min_hold(&self, tick: u32) {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        println!("  tick {tick}: worker {} sends the report", self.id);
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// The job's work; tells the parent which worker ran which tick.
+async fn report(worker: u32, tick: u64) {
+    println!("ran {tick} {worker}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+}
+
+/// A worker process: schedules the job every second from `start`, for [`TICKS`] ticks.
+async fn worker(id: u32, with_min_hold: bool, url: &str, start: SystemTime) {
+    let locker = Locker::builder()
+        .url(url)
+        .label(format!("worker-{id}"))
+        .connect()
+        .await
+        .expect("connect");
+    lock_runtime::set_default_locker(locker).expect("first default locker");
+    let scheduler = JobScheduler::new().await.expect("scheduler");
+    // Each worker starts its schedule 40 ms after the one before, as machines' clocks differ.
+    sleep_until(start + Duration::from_millis(40) * id).await;
+    let job = Job::new_async("* * * * * *", move |_, _| {
+        Box::pin(async move {
+            let tick = unix_secs(SystemTime::now());
+            if with_min_hold {
+                send_report(id, tick).await;
+            } else {
+                send_report_without_min_hold(id, tick).await;
+            }
+        })
+    })
+    .expect("a cron schedule");
+    scheduler.add(job).await.expect("add the job");
+    scheduler.start().await.expect("start the scheduler");
+    // Stop between ticks, well after the last one fired.
+    sleep_until(start + Duration::from_millis(TICKS * 1000 + 600)).await;
+}
+
+/// The parent: runs one round of [`WORKERS`] worker processes; returns the workers that ran
+/// each tick, by tick.
+fn round(url: &str, with_min_hold: bool) -> BTreeMap<u64, Vec<u32>> {
+    // Early enough for every worker to be connected; a quarter past a whole second, so that
+    // each tick fires well inside its second.
+    let start = unix_secs(SystemTime::now()) + 2;
+    let start_ms = start * 1000 + 250;
+    let children: Vec<Child> = (0..WORKERS)
+        .map(|id| {
+            Command::new(std::env::current_exe().expect("this program"))
+                .args(["--worker", &id.to_string(), &with_min_hold.to_string()])
+                .args([url, &start_ms.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start a worker")
+        })
+        .collect();
+    let mut runs: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for mut child in children {
+        let out = BufReader::new(child.stdout.take().expect("piped"));
+        for line in out.lines().map_while(Result::ok) {
+            if let ["ran", tick, worker] = line.split(' ').collect::<Vec<_>>()[..] {
+                let tick = tick.parse::<u64>().expect("a tick").saturating_sub(start);
+                runs.entry(tick)
+                    .or_default()
+                    .push(worker.parse().expect("a worker id"));
+            }
+        }
+        assert!(child.wait().expect("worker exits").success());
     }
+    runs
+}
+
+/// Prints one line per tick; returns whether every tick ran exactly once.
+fn show(runs: &BTreeMap<u64, Vec<u32>>) -> bool {
+    let mut once = runs.len() as u64 == TICKS;
+    for (tick, workers) in runs {
+        let names: Vec<String> = workers.iter().map(|w| format!("worker {w}")).collect();
+        println!("  tick {tick}: {}", names.join(", "));
+        once &= workers.len() == 1;
+    }
+    once
 }
 
 #[tokio::main]
 async fn main() {
     lock_suite::show_lock_events();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [flag, id, with_min_hold, url, start_ms] = &args[..]
+        && flag == "--worker"
+    {
+        let start = UNIX_EPOCH + Duration::from_millis(start_ms.parse().expect("a start time"));
+        let with_min_hold = with_min_hold == "true";
+        worker(id.parse().expect("a worker id"), with_min_hold, url, start).await;
+        return;
+    }
     let (url, _server) = redis_url_or_private_server();
-    for guarded in [true, false] {
-        println!(
-            "{}",
-            if guarded {
-                "with min_hold = 800ms:"
-            } else {
-                "without min_hold:"
-            }
-        );
-        let mut workers = Vec::new();
-        for id in 0..4 {
-            let locker = Locker::connect(&url).await.expect("connect");
-            workers.push(Arc::new(Worker {
-                id,
-                locker,
-                runs: Arc::new(AtomicU32::new(0)),
-            }));
-        }
-        for tick in 0..3 {
-            let mut handles = Vec::new();
-            let before: u32 = workers.iter().map(|w| w.runs.load(Ordering::SeqCst)).sum();
-            for worker in &workers {
-                let worker = Arc::clone(worker);
-                handles.push(tokio::spawn(async move {
-                    // Machines' clocks and schedulers are never exactly aligned.
-                    tokio::time::sleep(Duration::from_millis(40 * u64::from(worker.id))).await;
-                    if guarded {
-                        worker.send_report(tick).await;
-                    } else {
-                        worker.send_report_without_min_hold(tick).await;
-                    }
-                }));
-            }
-            for h in handles {
-                h.await.expect("worker");
-            }
-            let after: u32 = workers.iter().map(|w| w.runs.load(Ordering::SeqCst)).sum();
-            println!("  tick {tick}: {} run(s)", after - before);
-            tokio::time::sleep(Duration::from_millis(1000)).await;
-        }
+    println!(
+        "{WORKERS} worker processes schedule the report every second (locks on {url}; \
+         `lockctl --url {url} watch daily-report` shows who holds it)"
+    );
+    println!("without min_hold (a late worker runs the tick again):");
+    let without = round(&url, false);
+    show(&without);
+    println!("with min_hold = \"800ms\" (the job to copy):");
+    let with = round(&url, true);
+    if show(&with) {
+        println!("each of the {TICKS} ticks ran once, on one of the {WORKERS} workers");
+    } else {
+        println!("some tick did not run exactly once: {with:?}");
+        std::process::exit(1);
+    }
+}
+
+/// Whole seconds since the Unix epoch.
+fn unix_secs(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+/// Sleeps until `t` by this machine's clock.
+async fn sleep_until(t: SystemTime) {
+    if let Ok(left) = t.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left).await;
     }
 }
