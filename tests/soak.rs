@@ -1,11 +1,12 @@
-//! Scenario 9 of issue 4: a soak. 16 tasks on 4 lockers (one straight to Redis, three through
-//! fault proxies) run mixed locked sections on one name for `SOAK_SECS` seconds (default 60)
-//! while random faults hit: proxy delays, blackholes and resets, Redis frozen, callers dropped
-//! at random points of acquire, wait, body and release, and one Redis crash (`kill -9`) and
-//! restart that loads an older snapshot (taken a third of the way in). Then: 0 safety violations
-//! in the fenced store's history; fences grow in real-time order across everything, the restart
-//! included; and once every locker is dropped, the runtime's task count and Redis's client list
-//! are back to their baseline.
+//! A soak: 16 tasks on 4 lockers (one straight to Redis, three through fault proxies) run mixed
+//! locked sections on one name for `SOAK_SECS` seconds (default 60) while random faults hit:
+//! proxy delays, blackholes and resets, Redis frozen, leases force-released under their holders,
+//! callers dropped at random points of acquire, wait, body and release, and one Redis crash
+//! (`kill -9`) and restart that loads an older snapshot (taken a third of the way in). Then: 0
+//! safety violations in the fenced store's history; fences grow in real-time order across
+//! everything, the restart included; no call whose lease was force-released reports success;
+//! nested sections joined in one body never run at once; and once every locker is dropped, the
+//! runtime's task count and Redis's client list are back to their baseline.
 //!
 //! `#[ignore]`d: run it with `cargo test --test soak -- --include-ignored` (the README's test
 //! command and `.ci/run` do). `SOAK_SEED` replays a run (the seed is printed).
@@ -98,6 +99,74 @@ impl std::fmt::Display for Counts {
 
 const NAME: &str = "soak";
 
+/// What the loss checks need: the leases an operator force-released (by token) while their
+/// holders held them, the results their holders' calls reported, and nested sections seen
+/// inside one body at once.
+#[derive(Default)]
+struct Losses {
+    forced: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// `((token, fence), the call returned success)` for each call that held a lease.
+    results: std::sync::Mutex<Vec<((String, u64), bool)>>,
+    nested_bodies: AtomicU64,
+    nested_overlaps: AtomicU64,
+}
+
+impl Losses {
+    fn record<T>(&self, token: Option<(String, u64)>, res: &Result<T, LockError>) {
+        if let Some(token) = token {
+            self.results.lock().unwrap().push((token, res.is_ok()));
+        }
+    }
+
+    /// Calls that reported success although their lease was force-released under them.
+    fn unreported(&self) -> Vec<String> {
+        let forced = self.forced.lock().unwrap();
+        let results = self.results.lock().unwrap();
+        results
+            .iter()
+            .filter(|((token, _), ok)| *ok && forced.contains(token))
+            .map(|((token, _), _)| token.clone())
+            .collect()
+    }
+
+    /// The fences of the leases force-released under their holders.
+    fn forced_fences(&self) -> std::collections::HashSet<u64> {
+        let forced = self.forced.lock().unwrap();
+        let results = self.results.lock().unwrap();
+        results
+            .iter()
+            .filter(|((token, _), _)| forced.contains(token))
+            .map(|((_, fence), _)| *fence)
+            .collect()
+    }
+}
+
+/// The token part of a lease's value (what `Holder::token` reads back), and its fence.
+fn token_of(lease: &Lease) -> (String, u64) {
+    let token = lease.token().split(';').next().unwrap_or_default();
+    (token.to_owned(), lease.fence())
+}
+
+/// Nested sections joined in one body, each counting how many are inside at once.
+async fn nested_sections(locker: &Locker, o: &LockOptions, losses: &Losses) {
+    let inside = AtomicU64::new(0);
+    let most = AtomicU64::new(0);
+    let one = async || {
+        let _ = locker
+            .run(NAME, o, async |_| {
+                most.fetch_max(inside.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                tokio::time::sleep(ms(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+            })
+            .await;
+    };
+    tokio::join!(one(), one(), one());
+    losses.nested_bodies.fetch_add(1, Ordering::Relaxed);
+    if most.load(Ordering::SeqCst) > 1 {
+        losses.nested_overlaps.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// Every lease handed out: when its call began, when the lease was in hand, and its fence.
 #[derive(Default)]
 struct Grants(std::sync::Mutex<Vec<(Instant, Instant, u64)>>);
@@ -155,6 +224,7 @@ async fn worker(
     store: FencedStore,
     counts: Arc<Counts>,
     grants: Arc<Grants>,
+    losses: Arc<Losses>,
     until: Instant,
 ) {
     let mut rng = Rng::new(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -169,14 +239,27 @@ async fn worker(
             rng.ms(0, 5)
         };
         let began = Instant::now();
-        match rng.below(8) {
+        match rng.below(9) {
             // The locked call, as the attribute makes it.
             0 | 1 => {
                 let client = format!("t{id}.run");
+                let mut token = None;
                 let res = locker
                     .run(NAME, &o, async |lease| {
+                        token = Some(token_of(lease));
                         grants.record(began, lease.fence());
                         section(&store, &client, lease, pause).await
+                    })
+                    .await;
+                counts.record(&res);
+                losses.record(token, &res);
+            }
+            // Nested sections on the same name, joined inside one locked body.
+            8 => {
+                let o = o.without_fence();
+                let res = locker
+                    .run(NAME, &o, async |_| {
+                        nested_sections(&locker, &o, &losses).await
                     })
                     .await;
                 counts.record(&res);
@@ -210,8 +293,10 @@ async fn worker(
                     Ok(lease) => {
                         grants.record(began, lease.fence());
                         section(&store, &client, &lease, pause).await;
+                        let token = token_of(&lease);
                         let released = lease.release().await;
                         counts.record(&released);
+                        losses.record(Some(token), &released);
                     }
                     Err(e) => counts.record::<()>(&Err(e)),
                 }
@@ -229,12 +314,17 @@ async fn worker(
             4 => {
                 let client = format!("t{id}.run");
                 let give_up = rng.ms(0, 60);
+                let mut token = None;
                 let call = locker.run(NAME, &o, async |lease| {
+                    token = Some(token_of(lease));
                     grants.record(began, lease.fence());
                     section(&store, &client, lease, ms(50)).await
                 });
                 match timeout(give_up, call).await {
-                    Ok(res) => counts.record(&res),
+                    Ok(res) => {
+                        counts.record(&res);
+                        losses.record(token, &res);
+                    }
                     Err(_) => {
                         counts.cancelled.fetch_add(1, Ordering::Relaxed);
                     }
@@ -244,13 +334,16 @@ async fn worker(
             _ => {
                 let client = format!("t{id}.run");
                 let o = o.with_max_exec(ms(ttl / 4));
+                let mut token = None;
                 let res = locker
                     .run(NAME, &o, async |lease| {
+                        token = Some(token_of(lease));
                         grants.record(began, lease.fence());
                         section(&store, &client, lease, ms(ttl / 2)).await
                     })
                     .await;
                 counts.record(&res);
+                losses.record(token, &res);
             }
         }
     }
@@ -265,7 +358,7 @@ fn other_clients(url: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak: SOAK_SECS (default 60) seconds; run with --include-ignored"]
-async fn s9_soak_random_faults_no_violations_no_leaks() {
+async fn soak_random_faults_no_violations_no_leaks() {
     let secs: u64 = std::env::var("SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -297,6 +390,7 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
 
     let counts = Arc::new(Counts::default());
     let grants = Arc::new(Grants::default());
+    let losses = Arc::new(Losses::default());
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     let mut faults = Vec::new();
@@ -317,13 +411,16 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
         ];
         let workers: Vec<_> = (0..16u64)
             .map(|id| {
-                let (locker, store, counts, grants) = (
+                let (locker, store, counts, grants, losses) = (
                     lockers[id as usize % 4].clone(),
                     store.clone(),
                     counts.clone(),
                     grants.clone(),
+                    losses.clone(),
                 );
-                tokio::spawn(worker(id, seed, locker, store, counts, grants, until))
+                tokio::spawn(worker(
+                    id, seed, locker, store, counts, grants, losses, until,
+                ))
             })
             .collect();
 
@@ -341,7 +438,7 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
             } else if !restarted && Instant::now() >= restart_at {
                 9
             } else {
-                rng.below(5)
+                rng.below(6)
             };
             match fault {
                 0 => {
@@ -374,6 +471,24 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
                     tokio::time::sleep(lasting).await;
                     proxy.reset_all();
                     proxy.pass();
+                }
+                5 => {
+                    // An operator's force-release under a live holder (as eviction or a
+                    // failover would take the key): its call must not report success.
+                    let forced = match lockers[0].inspect(NAME).await {
+                        Ok(Some(info)) => match (info.holder, info.state) {
+                            (Some(holder), lock_runtime::LockState::Held) => {
+                                match lockers[0].force_release(NAME, &info.value).await {
+                                    Ok(true) => Some(holder.token),
+                                    _ => None,
+                                }
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    faults.push(format!("force-release: {}", forced.is_some()));
+                    losses.forced.lock().unwrap().extend(forced);
                 }
                 8 => {
                     faults.push("snapshot saved".to_owned());
@@ -443,11 +558,16 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
     let spans_restart = |h: &support::fenced::Hold| {
         restart_seq.is_some_and(|r| h.start <= r && h.end.is_none_or(|e| e >= r))
     };
-    let (mut across_restart, mut run_overlaps, mut other_overlaps) = (0, 0, 0);
+    // So are overlaps with a holder whose key was force-released under it: its body runs on
+    // until its next renewal shows the loss, and the store refuses its write.
+    let forced_fences = losses.forced_fences();
+    let (mut across_restart, mut after_force, mut run_overlaps, mut other_overlaps) = (0, 0, 0, 0);
     for &(a, b) in &report.overlaps {
         let (a, b) = (&report.holds[a], &report.holds[b]);
         if spans_restart(a) || spans_restart(b) {
             across_restart += 1;
+        } else if forced_fences.contains(&a.fence) || forced_fences.contains(&b.fence) {
+            after_force += 1;
         } else if a.client.ends_with(".run") && b.client.ends_with(".run") {
             run_overlaps += 1;
         } else {
@@ -456,7 +576,8 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
     }
     println!(
         "overlapping pairs: {across_restart} across the restart (store seq {restart_seq:?}), \
-         {run_overlaps} of two run sections otherwise{}, {other_overlaps} involving a manual lease",
+         {after_force} after a force-release, {run_overlaps} of two run sections otherwise{}, \
+         {other_overlaps} involving a manual lease",
         if run_overlaps > 0 {
             " (A BODY OUTLIVED ITS LEASE)"
         } else {
@@ -464,6 +585,22 @@ async fn s9_soak_random_faults_no_violations_no_leaks() {
         }
     );
     assert_eq!(report.violations(), 0, "safety violations: {report}");
+    let forced = losses.forced.lock().unwrap().len();
+    let unreported = losses.unreported();
+    println!(
+        "{forced} leases force-released under their holders, {} of their calls reported \
+         success; {} bodies ran nested sections, {} with two inside at once",
+        unreported.len(),
+        losses.nested_bodies.load(Ordering::Relaxed),
+        losses.nested_overlaps.load(Ordering::Relaxed),
+    );
+    assert!(forced > 0, "no lease was force-released under its holder");
+    assert!(
+        unreported.is_empty(),
+        "losses reported as success: {unreported:?}"
+    );
+    assert!(losses.nested_bodies.load(Ordering::Relaxed) > 0);
+    assert_eq!(losses.nested_overlaps.load(Ordering::Relaxed), 0);
     let backwards = grants.backwards();
     println!(
         "{} leases handed out; fences in real-time order: {} out of order",
