@@ -1,7 +1,7 @@
-//! Fault suite, scenario 10 (issue 9): callers dropped at random points of acquire, wait, body
-//! and release, through a link with a real round trip. A checker samples the lock keys all along
-//! and asserts that no key outlives its holder: a key whose value belongs to no live lease must
-//! be gone within a few round trips, never left for its ttl.
+//! Callers dropped at random points of acquire, wait, body and release, through a link with a
+//! real round trip. A checker samples the lock keys all along and asserts that no key outlives
+//! its holder: a key whose value belongs to no live lease must be gone within a few round trips,
+//! never left for its ttl.
 
 mod support;
 
@@ -149,7 +149,7 @@ impl Drop for Unregister<'_> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s10_callers_dropped_anywhere_leave_no_key_behind() {
+async fn callers_dropped_anywhere_leave_no_key_behind() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let mut lockers = Vec::new();

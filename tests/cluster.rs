@@ -1,4 +1,4 @@
-//! Redis Cluster: real 3+3 clusters started by the test support (issue 12, tests 1-4 and 7).
+//! Redis Cluster: real 3+3 clusters started by the test support.
 //!
 //! Each test starts its own cluster; they run one at a time (a cluster is 6 processes, and the
 //! failover and resharding tests time real cluster events on 2 cores).
@@ -102,9 +102,9 @@ async fn reset_stats(port: u16) {
         .unwrap();
 }
 
-/// Issue 12, test 1: 8 tasks on each of 2 lockers take 200 names spread over every primary;
-/// every section reads and writes a fenced store of its name. The checker finds no overlap and
-/// no violation, and fences strictly increase per name.
+/// 8 tasks on each of 2 lockers take 200 names spread over every primary; every section reads
+/// and writes a fenced store of its name. The checker finds no overlap and no violation, and
+/// fences strictly increase per name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_exclusion_and_increasing_fences_over_200_names() {
     let _one = SERIAL.lock().await;
@@ -228,9 +228,8 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     .await;
 }
 
-/// Issue 12, test 2: 10,000 leases spread over the slots are renewed for 3 ttl periods and
-/// none is lost; renewal costs a few script calls per primary per round (one pipeline each),
-/// not one per lease.
+/// 10,000 leases spread over the slots are renewed for 3 ttl periods and none is lost; renewal
+/// costs a few script calls per primary per round (one pipeline each), not one per lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_renews_10000_leases_in_one_pipeline_per_primary() {
     let _one = SERIAL.lock().await;
@@ -315,10 +314,10 @@ async fn cluster_renews_10000_leases_in_one_pipeline_per_primary() {
     }
 }
 
-/// Issue 12, test 3: a primary is killed while leases on its slots are held. Its replica takes
-/// over; leases on the other primaries are untouched; leases on the failed primary's slots are
-/// kept (their keys reached the replica) or reported lost, never doubled: contenders on another
-/// locker keep trying every name, and the fenced stores see no overlap.
+/// A primary is killed while leases on its slots are held. Its replica takes over; leases on the
+/// other primaries are untouched; leases on the failed primary's slots are kept (their keys
+/// reached the replica) or reported lost, never doubled: contenders on another locker keep
+/// trying every name, and the fenced stores see no overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_primary_killed_leases_kept_or_lost_never_doubled() {
     let _one = SERIAL.lock().await;
@@ -451,10 +450,10 @@ async fn cluster_primary_killed_leases_kept_or_lost_never_doubled() {
     );
 }
 
-/// Issue 12, test 4: slots are moved to another primary (live resharding: `IMPORTING`,
-/// `MIGRATING`, `MIGRATE`, `SETSLOT NODE`) while tasks keep locking names in them and a few
-/// leases on them are held and renewed throughout. No error reaches a caller, no lease is
-/// lost, and the fenced stores see no overlap.
+/// Slots are moved to another primary (live resharding: `IMPORTING`, `MIGRATING`, `MIGRATE`,
+/// `SETSLOT NODE`) while tasks keep locking names in them and a few leases on them are held and
+/// renewed throughout. No error reaches a caller, no lease is lost, and the fenced stores see no
+/// overlap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_resharding_under_load_surfaces_no_error() {
     let _one = SERIAL.lock().await;
@@ -576,7 +575,7 @@ async fn cluster_resharding_under_load_surfaces_no_error() {
     );
 }
 
-/// Issue 12, test 7 (cluster): a cluster locker pointed at a standalone server says so.
+/// A cluster locker pointed at a standalone server says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_url_of_a_standalone_server_is_a_clear_error() {
     let server = RedisServer::start();
@@ -636,8 +635,8 @@ async fn cluster_replicas_are_checked_and_acknowledge() {
     );
 }
 
-/// Inspection on a cluster (issue 13): `list` scans every primary, `inspect` reads the lock's
-/// slot, and the holder is this process.
+/// Inspection on a cluster: `list` scans every primary, `inspect` reads the lock's slot, and the
+/// holder is this process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_list_and_inspect_see_every_primary() {
     let _one = SERIAL.lock().await;

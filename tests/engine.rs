@@ -112,11 +112,11 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
 
 /// An uncontended release is one short EVALSHA: the lock key and the token; the fence counter's
 /// retention and the fence only when the lease has a fence to record (the script names the
-/// queue and the counter after the key, and its default retention is the locker's default). The script then takes its shortest path: GET and DEL, with
-/// no look at the queue (a waiter would have marked the value); a release that records its
-/// fence also looks at the queue. Each argument costs the server on every release; before,
-/// every release sent 3 keys and 6 arguments and went through every check of the script (about
-/// 0.7 µs more per release by INFO commandstats).
+/// queue and the counter after the key, and its default retention is the locker's default).
+/// The script then takes its shortest path: GET and DEL, with no look at the queue (a waiter
+/// would have marked the value); a release that records its fence also looks at the queue.
+/// Each argument costs the server on every release: sending all 3 keys and 6 arguments and going
+/// through every check of the script costs about 0.7 µs more per release (INFO commandstats).
 #[tokio::test]
 async fn an_uncontended_release_sends_the_key_and_token_only() {
     let env = Env::start().await;
@@ -717,8 +717,8 @@ async fn credentials_in_the_url_are_used_and_never_printed() {
     assert!(!text.contains(":wrong@"), "the password leaked: {text}");
 }
 
-/// Regression: a body that blocks its thread past the lease's validity used to be reported as
-/// `Ok` although it finished without the lock.
+/// A body that blocks its thread past the lease's validity finishes without the lock: the call
+/// reports the lease lost, not `Ok`.
 #[tokio::test(flavor = "current_thread")]
 async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
     let env = Env::start().await;
@@ -742,14 +742,14 @@ async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
     );
 }
 
-/// Puts waiter `id` first in the queue of the lock `key`, as a waiter of an older version that
-/// then stopped coming back: a last attempt's nonce and a grace of 300 ms, and no ttl.
+/// Puts waiter `id` first in the queue of the lock `key`, as a waiter whose queue state has no
+/// ttl and that then stopped coming back: a last attempt's nonce and a grace of 300 ms.
 async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
     queue_waiter(env, key, id, "nonce 300").await;
 }
 
 /// Puts waiter `id` first in the queue of the lock `key`, with `state` as its attempt would
-/// write it (`<nonce> <ttl ms> <grace ms>`; without the ttl, as an older version writes it).
+/// write it (`<nonce> <ttl ms> <grace ms>`, or `<nonce> <grace ms>` for a state without a ttl).
 async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
     let mut raw = env.raw.clone();
     let _: () = redis::pipe()
@@ -863,11 +863,11 @@ async fn waiters_get_the_lock_in_arrival_order() {
 
 /// Each release grants the lock to the first waiter and wakes only that one, which holds it
 /// without an attempt of its own; the others send no attempt either (a waiter's attempt re-writes
-/// its state in the queue's hash with HSET, which nothing else does). Waking everyone, as
-/// releases did before, cost 5 + 4 + 3 + 2 + 1 = 15 needless attempts over the chain of six
-/// hand-overs, and each grantee's own attempt 6 more script calls; only a waiter's own timer
-/// (every 100 ms or more) may add one now. Both through the server's message (a locker each) and
-/// through the releasing locker's own wake-up (one shared locker).
+/// its state in the queue's hash with HSET, which nothing else does). Waking everyone would cost
+/// 5 + 4 + 3 + 2 + 1 = 15 needless attempts over the chain of six hand-overs, and each grantee's
+/// own attempt 6 more script calls; only a waiter's own timer (every 100 ms or more) may add
+/// one. Both through the server's message (a locker each) and through the releasing locker's
+/// own wake-up (one shared locker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
     let env = Env::start().await;
@@ -1155,15 +1155,14 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
     eventually(ms(2_000), "released", || async { !env.exists(&key).await }).await;
 }
 
-/// A rolling upgrade: a waiter of an older version (its state in the queue has no ttl) is not
-/// sent a grant it would not understand; it gets the old hand-over, `~<waiter id>` for its grace,
-/// which its next attempt takes (and which goes on to others once that grace is over). Such a
-/// waiter does not mark the holder's value, so only a release that looks at the queue hands over
-/// to it: one whose value a waiter of this version marked. Alone behind a holder, fenced or not,
-/// the older waiter finds the key freed by the release's short path, and takes it at its next
-/// attempt, within a third of its grace.
+/// A waiter whose queue state has no ttl is not sent a grant it would not understand; it gets a
+/// hand-over marked `~<waiter id>` for its grace, which its next attempt takes (and which goes on
+/// to others once that grace is over). Such a waiter does not mark the holder's value, so only a
+/// release that looks at the queue hands over to it: one whose value another waiter marked.
+/// Alone behind a holder, fenced or not, that waiter finds the key freed by the release's short
+/// path, and takes it at its next attempt, within a third of its grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
+async fn a_waiter_whose_state_has_no_ttl_gets_a_hand_over_by_id() {
     let env = Env::start().await;
     let name = "old-waiter";
     let key = env.key(name);
@@ -1173,7 +1172,7 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
     holder.release().await.unwrap();
     assert_eq!(env.get(&key).await, None, "the short path freed the key");
     assert_eq!(queue_len(&env, name).await, 1, "the elder still queues");
-    // A waiter of this version queues behind the next holder and marks its value.
+    // A waiter with a ttl in its state queues behind the next holder and marks its value.
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
     let waiter = take_and_release(
         env.second_locker().await,
@@ -1188,7 +1187,7 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
         (0..=300).contains(&pttl),
         "handed over for its grace: {pttl}"
     );
-    // The elder never comes back: the waiter of this version gets the lock after its grace.
+    // The elder never comes back: the other waiter gets the lock after its grace.
     let start = Instant::now();
     tokio::time::timeout(ms(5_000), waiter)
         .await
@@ -1198,8 +1197,8 @@ async fn a_waiter_of_an_older_version_gets_the_old_hand_over() {
 }
 
 /// A waiter that queues behind a holder marks the holder's value in place (`;w=0` becomes
-/// `;w=1`; the key keeps its expiry), so that the holder's release, whose short path no longer
-/// looks at the queue, knows it has the lock to hand over. The holder renews the marked key,
+/// `;w=1`; the key keeps its expiry), so that the holder's release, whose short path does not
+/// look at the queue, knows it has the lock to hand over. The holder renews the marked key,
 /// and its release grants the lock to the waiter in the same script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
@@ -1313,9 +1312,8 @@ async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
     }
 }
 
-/// A value that is not this version's (another client's, or one written before the waiters'
-/// mark) is never changed by a waiter queued behind it; the waiter takes the lock once it
-/// expires.
+/// A value without the waiters' mark field (another client's, for one) is never changed by a
+/// waiter queued behind it; the waiter takes the lock once it expires.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_never_changes_a_value_without_the_mark() {
     let env = Env::start().await;
@@ -1351,7 +1349,7 @@ async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_firs
     let env = Env::start().await;
     let name = "taken-under";
     let key = env.key(name);
-    // A holder of this version that died: its key expires in 500 ms.
+    // A holder that died, its value with the waiters' mark field: its key expires in 500 ms.
     let dead = "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0";
     set_for(&env, &key, dead, ms(500)).await;
     let (got_tx, got_rx) = tokio::sync::oneshot::channel();
@@ -1682,8 +1680,8 @@ async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry(
     }
 }
 
-/// A waiter id without a grant channel (a version before them) gets its grant on the lock's
-/// channel, which such waiters listen to.
+/// A waiter whose id names no grant channel (no `;grants=<id>` at its end) gets its grant on the
+/// lock's channel, which such waiters listen to.
 #[tokio::test]
 async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
     let env = Env::start().await;
@@ -1691,7 +1689,7 @@ async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
     let key = env.key(name);
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
     queue_waiter(&env, &key, "elder", "nonce 10000 300").await;
-    // That version marks the holder's value as it queues, so that the release looks at the queue.
+    // Such a waiter marks the holder's value as it queues, so that the release looks at the queue.
     mark(&env, &key, holder.token()).await;
     let (_conn, mut listener) =
         support::listen(&env.server.url(), &format!("{key}:released*")).await;
@@ -1714,8 +1712,8 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     // A waiter that queued and then vanished (crashed without leaving the queue): first in
     // line, with a last attempt's nonce and a grace of 300 ms that it will never renew.
     queue_stalled_waiter(&env, &key, "ghost").await;
-    // A holder (of this version) for 100 ms, so that the waiter below queues behind the ghost
-    // instead of taking a free key with its first, plain-command attempt.
+    // A holder (its value with the waiters' mark field) for 100 ms, so that the waiter below
+    // queues behind the ghost instead of taking a free key with its first, plain-command attempt.
     set_for(&env, &key, "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0", ms(100)).await;
     // The waiter gets the lock once the ghost's place ran out (300 ms after the waiter first
     // saw it), well before the queue's keys would expire by themselves (4 graces, 1.2 s).

@@ -1,12 +1,12 @@
-//! Mutual exclusion under real faults, checked against a fenced store's history (issue 4).
+//! Mutual exclusion under real faults, checked against a fenced store's history.
 //!
-//! Every scenario runs real redis-server processes; process faults hit real processes (the
+//! Every test runs real redis-server processes; process faults hit real processes (the
 //! `lock_holder` binary), network faults go through `FaultProxy`. The fenced store lives on a
 //! redis-server of its own, out of the faults' reach (see `support/fenced.rs`). Each fault test
 //! also shows that the fault happened, so that it cannot pass by never exercising it.
 //!
 //! The tests of this file run one at a time (`serial()`): they measure lease timings on a small
-//! machine, and one scenario running four holder processes would skew the others.
+//! machine, and one test running four holder processes would skew the others.
 
 mod support;
 
@@ -175,13 +175,13 @@ fn checker_reports_overlaps_lost_updates_and_stale_writes() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 1. Many processes through the attribute.
+// Many processes through the attribute.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s1_four_processes_through_the_attribute_never_overlap() {
+async fn four_processes_through_the_attribute_never_overlap() {
     let _serial = serial().await;
     let lock = RedisServer::start();
-    let store = Store::start("s1", Mode::Fenced).await;
+    let store = Store::start("many-processes", Mode::Fenced).await;
     let (procs, tasks, sections) = (4u64, 4u64, 200u64);
     let mut holders: Vec<Holder> = (0..procs)
         .map(|p| {
@@ -190,7 +190,7 @@ async fn s1_four_processes_through_the_attribute_never_overlap() {
                 &[
                     ("redis", lock.url()),
                     ("store", store.url.clone()),
-                    ("name", "s1".to_owned()),
+                    ("name", "many-processes".to_owned()),
                     ("client", format!("p{p}")),
                     ("tasks", tasks.to_string()),
                     ("sections", sections.to_string()),
@@ -223,17 +223,17 @@ async fn s1_four_processes_through_the_attribute_never_overlap() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. Holder killed while holding.
+// Holder killed while holding.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
+async fn killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
     let _serial = serial().await;
     let env = Env::start().await;
     const TTL: u64 = 500;
     let rounds = 3;
     let mut taken_over = 0;
     for round in 0..rounds {
-        let name = format!("s2-{round}");
+        let name = format!("killed-{round}");
         let key = env.key(&name);
         let mut a = Holder::spawn(
             "hold",
@@ -311,14 +311,14 @@ async fn s2_killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 3 and 8. Holder paused past its ttl.
+// Holder paused past its ttl, with fencing and without.
 
 /// Rounds of: holder A (a process) enters the store under the lock and blocks right before its
 /// write; the test freezes A (SIGSTOP) until B, in the test process, has taken the lock after
 /// A's key expired and written; then A is resumed and writes at once with its old fence.
 async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
     let env = Env::start().await;
-    let store = Store::start("s3", mode).await;
+    let store = Store::start("paused", mode).await;
     const TTL: u64 = 300;
     for round in 0..rounds {
         let mut a = Holder::spawn(
@@ -326,7 +326,7 @@ async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
             &[
                 ("redis", env.server.url()),
                 ("store", store.url.clone()),
-                ("name", "s3".to_owned()),
+                ("name", "paused".to_owned()),
                 ("client", format!("A{round}")),
                 ("ttl", TTL.to_string()),
             ],
@@ -343,7 +343,7 @@ async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
         let client = format!("B{round}");
         let (b_fence, b_accepted) = env
             .locker
-            .run("s3", &o, async |lease| {
+            .run("paused", &o, async |lease| {
                 (lease.fence(), section(&store.store, &client, lease).await)
             })
             .await
@@ -368,7 +368,7 @@ async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_paused_holder_stale_write_is_refused_by_the_fence() {
+async fn paused_holder_stale_write_is_refused_by_the_fence() {
     let _serial = serial().await;
     let rounds = 3;
     let report = paused_holder_rounds(Mode::Fenced, rounds).await;
@@ -395,10 +395,10 @@ async fn s3_paused_holder_stale_write_is_refused_by_the_fence() {
 /// The same pause, landing wherever the holder happens to be in an async body: the body is
 /// cancelled at its next await, or its write reaches the store and is refused. Never accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s3_paused_holder_async_body_is_cancelled_or_refused() {
+async fn paused_holder_async_body_is_cancelled_or_refused() {
     let _serial = serial().await;
     let env = Env::start().await;
-    let store = Store::start("s3b", Mode::Fenced).await;
+    let store = Store::start("paused-async", Mode::Fenced).await;
     const TTL: u64 = 300;
     let rounds = 3;
     let (mut exercised, mut cancelled, mut refused) = (0, 0, 0);
@@ -409,7 +409,7 @@ async fn s3_paused_holder_async_body_is_cancelled_or_refused() {
             &[
                 ("redis", env.server.url()),
                 ("store", store.url.clone()),
-                ("name", "s3b".to_owned()),
+                ("name", "paused-async".to_owned()),
                 ("client", client.clone()),
                 ("ttl", TTL.to_string()),
                 ("hold", "150".to_owned()),
@@ -426,7 +426,7 @@ async fn s3_paused_holder_async_body_is_cancelled_or_refused() {
         let b_client = format!("B{round}");
         let b_fence = env
             .locker
-            .run("s3b", &o, async |lease| {
+            .run("paused-async", &o, async |lease| {
                 assert!(
                     section(&store.store, &b_client, lease).await,
                     "B's write is accepted"
@@ -479,7 +479,7 @@ async fn s3_paused_holder_async_body_is_cancelled_or_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s8_unsafe_control_without_fencing_the_stale_write_is_accepted() {
+async fn unsafe_control_without_fencing_the_stale_write_is_accepted() {
     let _serial = serial().await;
     let rounds = 2;
     let report = paused_holder_rounds(Mode::Unfenced, rounds).await;
@@ -495,7 +495,7 @@ async fn s8_unsafe_control_without_fencing_the_stale_write_is_accepted() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. Redis frozen, or the holder's connection blackholed.
+// Redis frozen, or the holder's connection blackholed.
 
 #[derive(Debug, Clone, Copy)]
 enum Silence {
@@ -527,7 +527,7 @@ async fn silenced_holder(fault: Silence) {
     let styles = [Style::Body, Style::Lease];
     let mut in_time = 0;
     for (round, style) in styles.into_iter().enumerate() {
-        let name = format!("s4-{round}");
+        let name = format!("silenced-{round}");
         let key = env.key(&name);
         let ended = Arc::new(Mutex::new(None));
         let (deadline_tx, mut deadline_rx) = tokio::sync::watch::channel(None);
@@ -687,13 +687,13 @@ async fn silenced_holder(fault: Silence) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s4_blackholed_connection_cancels_the_body_before_the_key_expires_and_heals() {
+async fn blackholed_connection_cancels_the_body_before_the_key_expires_and_heals() {
     let _serial = serial().await;
     silenced_holder(Silence::Blackhole).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s4_frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
+async fn frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
     let _serial = serial().await;
     silenced_holder(Silence::Freeze).await;
 }
@@ -704,7 +704,7 @@ async fn s4_frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
 /// gives up after one response timeout (not at the lock's ttl, not never), and the key is left
 /// to expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s4_a_silent_connection_bounds_each_acquire_and_release_by_the_response_timeout() {
+async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_timeout() {
     let _serial = serial().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
@@ -717,21 +717,24 @@ async fn s4_a_silent_connection_bounds_each_acquire_and_release_by_the_response_
     // Connected, scripts loaded: what follows is the plain-command path and the release script.
     let long = opts(30_000);
     locker
-        .acquire("s4-warm", &long)
+        .acquire("silent-warm", &long)
         .await
         .unwrap()
         .release()
         .await
         .unwrap();
-    let held = locker.acquire("s4-held", &long).await.unwrap();
+    let held = locker.acquire("silent-held", &long).await.unwrap();
     proxy.blackhole();
     // Within the bound, plus scheduling slack on a loaded machine; far below the 30 s ttl.
     let bound = response + Duration::from_millis(700);
     let started = Instant::now();
-    let err = timeout(Duration::from_secs(10), locker.acquire("s4-other", &long))
-        .await
-        .expect("an acquire on a silent connection returns")
-        .unwrap_err();
+    let err = timeout(
+        Duration::from_secs(10),
+        locker.acquire("silent-other", &long),
+    )
+    .await
+    .expect("an acquire on a silent connection returns")
+    .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
     assert!(
@@ -748,14 +751,14 @@ async fn s4_a_silent_connection_bounds_each_acquire_and_release_by_the_response_
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
     assert!(took >= response && took < bound, "release took {took:?}");
     // Nothing was deleted behind the silence: the held key is still there, to expire by its ttl.
-    assert!(env.exists(&env.key("s4-held")).await);
+    assert!(env.exists(&env.key("silent-held")).await);
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. Acquire reply delayed past the ttl.
+// Acquire reply delayed past the ttl.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
+async fn acquire_reply_delayed_past_ttl_is_not_held() {
     let _serial = serial().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
@@ -763,7 +766,7 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
     const TTL: u64 = 200;
     // Load the scripts first: a first EVALSHA answered NOSCRIPT after the timeout would never
     // reach the acquire itself.
-    a.acquire("s5-warm", &opts(TTL))
+    a.acquire("delayed-warm", &opts(TTL))
         .await
         .unwrap()
         .release()
@@ -772,7 +775,7 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
     let rounds = 3;
     let (mut held, mut granted) = (0, 0);
     for round in 0..rounds {
-        let name = format!("s5-{round}");
+        let name = format!("delayed-{round}");
         let key = env.key(&name);
         // Watches the key from the side, so that the grant is seen while it lasts.
         let watcher = {
@@ -837,7 +840,7 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
     const LONG: u64 = 1_000;
     proxy.delay(ms(60));
     let sent = Instant::now();
-    let lease = a.acquire("s5-valid", &opts(LONG)).await.expect("held");
+    let lease = a.acquire("delayed-valid", &opts(LONG)).await.expect("held");
     let replied = Instant::now();
     assert!(
         replied - sent >= ms(120),
@@ -857,15 +860,15 @@ async fn s5_acquire_reply_delayed_past_ttl_is_not_held() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6. Connection reset during release.
+// Connection reset during release.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s6_reset_during_release_never_deletes_another_holders_key() {
+async fn reset_during_release_never_deletes_another_holders_key() {
     let _serial = serial().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
     let a = Locker::connect(&proxy.url()).await.unwrap();
-    let (name, key) = ("s6", env.key("s6"));
+    let (name, key) = ("reset", env.key("reset"));
     let rounds = 100;
     let (mut intact, mut reported_ok, mut reported_err, mut applied_unreported) = (0, 0, 0, 0);
     for round in 0..rounds {
@@ -943,10 +946,10 @@ async fn s6_reset_during_release_never_deletes_another_holders_key() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// 7. Redis restarted (no persistence) while a lease is held.
+// Redis restarted (no persistence) while a lease is held.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s7_restarted_redis_the_holder_learns_at_its_next_renewal() {
+async fn restarted_redis_the_holder_learns_at_its_next_renewal() {
     let _serial = serial().await;
     let env = Env::start().await;
     let o = opts(1_000).with_renew(ms(100));
@@ -954,7 +957,7 @@ async fn s7_restarted_redis_the_holder_learns_at_its_next_renewal() {
     let mut learned = 0;
     let mut fences = Vec::new();
     for round in 0..rounds {
-        let name = "s7".to_owned();
+        let name = "restarted".to_owned();
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let run = {
@@ -997,7 +1000,8 @@ async fn s7_restarted_redis_the_holder_learns_at_its_next_renewal() {
     }
     assert_eq!(learned, rounds);
     // Without persistence the fence counter is lost with the data set; it restarts from the
-    // server's clock, so successive holders still get growing fences (README, "Fences").
+    // server's clock, so successive holders still get growing fences (docs/guarantees.md, "Fences
+    // never go back").
     println!("fences of successive holders of one name, a restart between each: {fences:?}");
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),

@@ -1,5 +1,5 @@
-//! Inspection (issue 13): who holds a lock, its fence and time left, its waiters in order; the
-//! states a key can be in; `list` over many names; Redlock's majority view.
+//! Inspection: who holds a lock, its fence and time left, its waiters in order; the states a key
+//! can be in; `list` over many names; Redlock's majority view.
 
 mod support;
 

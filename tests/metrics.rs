@@ -1,6 +1,6 @@
-//! The `metrics` feature (issue 13): counters, histograms and the held-leases gauge, labelled by
-//! the name's template, read back through the facade's debugging recorder (one test per binary:
-//! the recorder is global).
+//! The `metrics` feature: counters, histograms and the held-leases gauge, labelled by the name's
+//! template, read back through the facade's debugging recorder (one test per binary: the
+//! recorder is global).
 
 mod support;
 

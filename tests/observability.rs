@@ -1,6 +1,6 @@
-//! What an operator sees through `tracing` (issue 13): one `lock` span per locked call with its
-//! name, key, fence, wait and outcome, and events at acquire, loss, `max_exec` and release; a
-//! `()` job that skips a busy tick logs at DEBUG, a real failure at WARN.
+//! What an operator sees through `tracing`: one `lock` span per locked call with its name, key,
+//! fence, wait and outcome, and events at acquire, loss, `max_exec` and release; a `()` job that
+//! skips a busy tick logs at DEBUG, a real failure at WARN.
 
 mod support;
 

@@ -1,6 +1,6 @@
-//! Regression tests for promises of the README that a review found broken (issue 9), one test
-//! per defect, each against real redis-server processes. Each test also shows that the fault it
-//! guards against really happened (a snapshot was loaded, a request was in flight, ...).
+//! Promises of the guarantees guide (docs/guarantees.md), each with a test that fails when it
+//! breaks, against real redis-server processes. Each test also shows that the fault it guards
+//! against really happened (a snapshot was loaded, a request was in flight, ...).
 
 mod support;
 
@@ -54,7 +54,8 @@ async fn warm_up(locker: &Locker) {
     waiter.await.unwrap().unwrap().release().await.unwrap();
 }
 
-// Defect 1: fences went backwards after a restart that loaded an older snapshot.
+// Fences keep growing after a restart that loaded an older snapshot: the counter comes back
+// smaller, the server's clock does not.
 #[tokio::test]
 async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
     let server = RedisServer::start();
@@ -97,7 +98,8 @@ async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
     );
 }
 
-// Defect 2: an acquire whose future was dropped left its key for the whole ttl.
+// An acquire whose future is dropped while its request is out is undone about one round trip
+// later: its key is not left for the whole ttl.
 #[tokio::test]
 async fn an_acquire_dropped_in_flight_is_undone_within_a_round_trip() {
     let server = RedisServer::start();
@@ -125,8 +127,8 @@ async fn an_acquire_dropped_in_flight_is_undone_within_a_round_trip() {
     lease.release().await.unwrap();
 }
 
-// Defect 3: waiters cancelled while their SUBSCRIBE was in flight left subscriptions behind,
-// and reconnects re-added them.
+// Waiters cancelled while their SUBSCRIBE is in flight leave no subscription behind, and a
+// reconnect does not add them back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
     let server = RedisServer::start();
@@ -205,8 +207,8 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
     live.abort();
 }
 
-// Defect 4: renewing thousands of leases over a slow link lost leases, because the chunks of one
-// round went out one after another.
+// Thousands of leases renewed over a slow link are all kept: the chunks of one renewal round go
+// out together, not one after another.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_leases_over_a_slow_link_are_all_renewed() {
     let server = RedisServer::start();
@@ -240,7 +242,7 @@ async fn thousands_of_leases_over_a_slow_link_are_all_renewed() {
     drop(leases);
 }
 
-// Defect 5: a renewal sent around a min_hold release stretched the key back to the full ttl.
+// A renewal sent around a min_hold release never stretches the key back to the full ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_renewal_stretches_a_key_released_into_min_hold() {
     let env = Env::start().await;
@@ -274,7 +276,7 @@ async fn no_renewal_stretches_a_key_released_into_min_hold() {
     );
 }
 
-// Defect 6: a renewal whose reply came after the lease's deadline made a lost lease held again.
+// A renewal whose reply comes after the lease's deadline does not make a lost lease held again.
 #[tokio::test]
 async fn a_lost_lease_stays_lost_when_a_late_renewal_reply_arrives() {
     let server = RedisServer::start();
@@ -306,7 +308,8 @@ async fn a_lost_lease_stays_lost_when_a_late_renewal_reply_arrives() {
     assert_eq!(timeout(ms(10), lease.lost()).await.ok(), Some(reason));
 }
 
-// Defect 7: waiters on a link slower than ~200 ms round trip lost their place in the queue.
+// Waiters on a link with a 1 s round trip keep their place in the queue and are served in
+// arrival order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_on_a_one_second_round_trip_are_served_in_arrival_order() {
     let env = Env::start().await;
@@ -348,7 +351,8 @@ async fn waiters_on_a_one_second_round_trip_are_served_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
 }
 
-// Also wrong: one node aborted the whole wait on a transient Redis error.
+// A transient Redis error while waiting does not end the wait: the waiter reconnects and gets
+// the lock within it.
 #[tokio::test]
 async fn a_transient_error_while_waiting_is_retried_within_the_wait() {
     let server = RedisServer::start();
@@ -370,7 +374,8 @@ async fn a_transient_error_while_waiting_is_retried_within_the_wait() {
     assert!(got.is_ok(), "{:?}", got.err());
 }
 
-// Also wrong: names with braces broke the hash tag; an empty name made a key of its own.
+// Names with braces would break the hash tag, and an empty name would make a key of its own:
+// both are config errors, and nothing is written.
 #[tokio::test]
 async fn names_that_would_break_the_hash_tag_are_config_errors() {
     let env = Env::start().await;
@@ -394,7 +399,8 @@ async fn names_that_would_break_the_hash_tag_are_config_errors() {
     assert!(keys.is_empty(), "nothing was written: {keys:?}");
 }
 
-// Also wrong: a nested locked call on a name this task holds waited for itself.
+// A nested locked call on a name this task holds runs under the held lease instead of waiting
+// for itself.
 #[tokio::test]
 async fn a_nested_call_on_a_held_name_runs_under_the_held_lease() {
     let env = Env::start().await;
@@ -433,8 +439,9 @@ async fn a_nested_call_on_a_held_name_runs_under_the_held_lease() {
     assert!(matches!(err, Err(LockError::Busy { .. })), "{err:?}");
 }
 
-// Defect 8: waiter places expired by the server's wall clock, so a step back kept a vanished
-// waiter's place alive and the free lock was refused to everyone.
+// A vanished waiter's place is ended by the other waiters' own clocks (its state unchanged for
+// its grace), not by the server's wall clock: a step back of the server's clock neither keeps
+// that place alive nor keeps the free lock from everyone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_clock_step_back_does_not_keep_a_vanished_waiters_place() {
     let clock = ServerClock::new();
@@ -479,9 +486,10 @@ async fn a_server_clock_step_back_does_not_keep_a_vanished_waiters_place() {
     ghost.abort();
 }
 
-// Where the server clock does matter (README, "Clocks"): Redis expires keys by its wall clock, so
-// a forward step expires a held key early. The holder learns it at its next renewal, and the
-// fence of whoever took the key in between is higher, so a fenced store refuses the first.
+// Where the server clock does matter (docs/guarantees.md#clocks): Redis expires keys by its wall
+// clock, so a forward step expires a held key early. The holder learns it at its next renewal,
+// and the fence of whoever took the key in between is higher, so a fenced store refuses the
+// first.
 #[tokio::test]
 async fn a_server_clock_step_forward_expires_a_held_key_and_the_holder_learns_it() {
     let clock = ServerClock::new();

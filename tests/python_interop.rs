@@ -1,10 +1,10 @@
-//! Python and Rust workers on the same lock names (issue 13): the Python article's
-//! `acquire_lock`/`release_lock` (`SET lock:<name> <uuid> NX EX`, Lua compare-and-delete) in
-//! child processes, and Rust workers through `#[distributed_lock]` on a `KeyFormat::Plain`
-//! locker, all incrementing one counter with a read-sleep-write. With plain keys no update is
-//! lost; the unsafe control (the Rust side on the default hash-tagged keys, which are other
-//! keys than Python's) loses updates. Needs `python3` with redis-py (`cargo xtask test` installs
-//! it with pip when it is missing).
+//! Python and Rust workers on the same lock names: the Python article's `acquire_lock`/
+//! `release_lock` (`SET lock:<name> <uuid> NX EX`, Lua compare-and-delete) in child processes,
+//! and Rust workers through `#[distributed_lock]` on a `KeyFormat::Plain` locker, all
+//! incrementing one counter with a read-sleep-write. With plain keys no update is lost; the
+//! unsafe control (the Rust side on the default hash-tagged keys, which are other keys than
+//! Python's) loses updates. Needs `python3` with redis-py (`cargo xtask test` installs it with
+//! pip when it is missing).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};

@@ -30,8 +30,8 @@ fn failed_nodes(nodes: &Nodes, failures: &[(String, String)]) -> Vec<usize> {
     out
 }
 
-/// Issue 5, test 1: for N = 1, 2, 3, 5 and every number k of nodes down, the lock is taken exactly
-/// when `N - k >= N/2 + 1`, and a failed attempt leaves no key behind on the nodes that are up.
+/// For N = 1, 2, 3, 5 and every number k of nodes down, the lock is taken exactly when
+/// `N - k >= N/2 + 1`, and a failed attempt leaves no key behind on the nodes that are up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_table_takes_the_lock_exactly_with_a_majority_of_the_configured_nodes() {
     let o = opts(5_000);
@@ -116,8 +116,8 @@ async fn quorum_table_takes_the_lock_exactly_with_a_majority_of_the_configured_n
     assert_eq!(cases, 2 + 3 + 4 + 6);
 }
 
-/// Issue 5, test 2 (first half): one of three nodes dies while the lock is held; the other two
-/// still form a majority, so the lease keeps renewing and the body runs to its end.
+/// One of three nodes dies while the lock is held; the other two still form a majority, so the
+/// lease keeps renewing and the body runs to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
     let nodes = Arc::new(Nodes::start(3));
@@ -166,8 +166,8 @@ async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
     );
 }
 
-/// Issue 5, test 2 (second half): two of three nodes die while the lock is held; the lease can
-/// no longer be renewed on a majority, so it is lost and the body is cancelled before it ends.
+/// Two of three nodes die while the lock is held; the lease cannot be renewed on a majority any
+/// more, so it is lost and the body is cancelled before it ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_of_three_nodes_killed_while_held_the_lease_is_lost_and_the_body_cancelled() {
     let nodes = Nodes::start(3);
@@ -263,11 +263,11 @@ async fn an_unresponsive_minority_node_stalls_neither_renewal_nor_release() {
     proxies[1].pass();
 }
 
-/// Issue 5, test 3: others hold 3 of 5 nodes. The attempt is `Busy`, not `QuorumUnavailable`:
-/// every node answered, and the lock is held because someone else has a majority; `wait` applies.
-/// The keys it did take on the other two nodes are deleted right away, not left to their ttl:
-/// before `acquire` returns on the nodes that had answered, and as soon as the reply lands on a
-/// node whose grant was still in flight when the third "busy" decided the attempt.
+/// Others hold 3 of 5 nodes. The attempt is `Busy`, not `QuorumUnavailable`: every node
+/// answered, and the lock is held because someone else has a majority; `wait` applies. The keys
+/// it did take on the other two nodes are deleted right away, not left to their ttl: before
+/// `acquire` returns on the nodes that had answered, and as soon as the reply lands on a node
+/// whose grant was still in flight when the third "busy" decided the attempt.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
     let nodes = Nodes::start(5);
@@ -345,9 +345,9 @@ async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
     .await;
 }
 
-/// Issue 5, test 4: replies delayed past the per-node timeout on k of 5 nodes. With k = 2 the
-/// three others are a majority; with k = 3 the attempt fails with `QuorumUnavailable` naming the
-/// slow nodes and why, and its keys are deleted, not left to expire.
+/// Replies delayed past the per-node timeout on k of 5 nodes. With k = 2 the three others are a
+/// majority; with k = 3 the attempt fails with `QuorumUnavailable` naming the slow nodes and
+/// why, and its keys are deleted, not left to expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_nodes_past_the_per_node_timeout_count_as_failed() {
     let nodes = Nodes::start(5);
@@ -440,8 +440,8 @@ async fn slow_nodes_past_the_per_node_timeout_count_as_failed() {
     }
 }
 
-/// Issue 5, test 5: 8 tasks on 3 nodes through two lockers, 300 sections, one node killed and
-/// restarted mid-run: no two holders at once, and fences that only go up.
+/// 8 tasks on 3 nodes through two lockers, 300 sections, one node killed and restarted mid-run:
+/// no two holders at once, and fences that only go up.
 ///
 /// The killed node restarts empty (no persistence). Redlock is only safe then if the node stays
 /// out for at least the longest ttl in use (the delayed-restart rule): every key it held has
@@ -570,8 +570,8 @@ async fn exclusion_and_monotonic_fences_across_a_node_restart() {
     .await;
 }
 
-/// Issue 5: waiting on a busy Redlock lock is woken by the holder's release messages from the
-/// nodes, not by the holder's PTTL (10 s here).
+/// Waiting on a busy Redlock lock is woken by the holder's release messages from the nodes, not
+/// by the holder's PTTL (10 s here).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
     let nodes = Nodes::start(3);
@@ -710,8 +710,8 @@ async fn a_waiter_retries_while_a_majority_is_down() {
     lease.release().await.unwrap();
 }
 
-// Issue 9, defect 2 on Redlock: an acquire dropped while its requests are out is undone on every
-// node the requests reached, about one round trip later, not at the end of the ttl.
+// On Redlock, an acquire dropped while its requests are out is undone on every node the requests
+// reached, about one round trip later, not at the end of the ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     let nodes = Nodes::start(3);
@@ -775,7 +775,7 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     lease.release().await.unwrap();
 }
 
-// Issue 9, defect 1 on Redlock: fences keep growing across restarts that load older snapshots.
+// On Redlock, fences keep growing across restarts that load older snapshots.
 #[tokio::test]
 async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
     let nodes = Nodes::start(3);

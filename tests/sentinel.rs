@@ -1,6 +1,6 @@
-//! Sentinel: a primary, replicas and 3 Sentinels started by the test support (issue 12, tests
-//! 5-7). The replicas replicate through a fault proxy, so a test can hold replication back and
-//! show what a failover loses, and what `replicas(n)` keeps from being lost.
+//! Sentinel: a primary, replicas and 3 Sentinels started by the test support. The replicas
+//! replicate through a fault proxy, so a test can hold replication back and show what a failover
+//! loses, and what `replicas(n)` keeps from being lost.
 
 mod support;
 
@@ -35,11 +35,10 @@ async fn exists(port: u16, key: &str) -> bool {
         == 1
 }
 
-/// Issue 12, test 5, the unsafe control: replication is held back, a lock is taken with
-/// `replicas(0)`, the primary is killed, Sentinel promotes the replica (which never got the
-/// key), and a second holder gets the same lock while the first still holds it. The checker
-/// sees the overlap: the hazard is real in this set-up. The first locker also follows the new
-/// primary by itself.
+/// The unsafe control: replication is held back, a lock is taken with `replicas(0)`, the primary
+/// is killed, Sentinel promotes the replica (which never got the key), and a second holder gets
+/// the same lock while the first still holds it. The checker sees the overlap: the hazard is
+/// real in this set-up. The first locker also follows the new primary by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_without_replicas_lets_a_second_holder_in() {
     let _one = SERIAL.lock().await;
@@ -114,11 +113,11 @@ async fn sentinel_failover_without_replicas_lets_a_second_holder_in() {
     lease.release().await.unwrap();
 }
 
-/// Issue 12, test 6: the same sequence with `replicas(1)`. A lock taken while replication
-/// worked was acknowledged, so after the failover the promoted replica has it and the second
-/// holder is refused; a lock taken while replication was held back is not acknowledged, so the
-/// first acquire fails (its key deleted) and nobody held it twice. 0 overlaps. The first locker
-/// then follows the new primary by itself.
+/// The same sequence with `replicas(1)`. A lock taken while replication worked was
+/// acknowledged, so after the failover the promoted replica has it and the second holder is
+/// refused; a lock taken while replication was held back is not acknowledged, so the first
+/// acquire fails (its key deleted) and nobody held it twice. 0 overlaps. The first locker then
+/// follows the new primary by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_replicas_1_never_doubles_a_lock() {
     let _one = SERIAL.lock().await;
@@ -201,9 +200,8 @@ async fn sentinel_failover_with_replicas_1_never_doubles_a_lock() {
     drop(acked);
 }
 
-/// Issue 12, test 7 (Sentinel): a master name no Sentinel knows, and `replicas(2)` with one
-/// replica, are clear errors at connect; a short acknowledgement at acquire says how many
-/// replicas answered.
+/// A master name no Sentinel knows, and `replicas(2)` with one replica, are clear errors at
+/// connect; a short acknowledgement at acquire says how many replicas answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_bad_set_ups_are_clear_errors() {
     let _one = SERIAL.lock().await;

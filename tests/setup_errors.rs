@@ -1,5 +1,5 @@
-//! What a new user hits first (issue 13): a port that is not Redis, a server that never answers,
-//! a `rediss://` URL in a build without TLS.
+//! What a new user hits first: a port that is not Redis, a server that never answers, a
+//! `rediss://` URL in a build without TLS.
 
 use std::time::{Duration, Instant};
 

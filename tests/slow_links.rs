@@ -1,6 +1,5 @@
-//! Fault suite, scenario 11 (issue 9): thousands of held leases renewed over a link whose delay
-//! keeps changing between 100 and 600 ms each way. The server always answers well inside each
-//! lease's margin, so no lease may be lost.
+//! Thousands of held leases renewed over a link whose delay keeps changing between 100 and 600 ms
+//! each way. The server always answers well inside each lease's margin, so no lease may be lost.
 
 mod support;
 
@@ -10,7 +9,7 @@ use support::ms;
 use tokio::time::{Instant, sleep};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s11_thousands_of_leases_survive_a_slow_changing_link() {
+async fn thousands_of_leases_survive_a_slow_changing_link() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
     let locker = Locker::builder()

@@ -12,7 +12,7 @@ use crate::profile::per_cycle_profile;
 use crate::report::{Report, Verdict, rate, us, verdict};
 
 const FLOOR: &str = "SET NX PX + EVALSHA del";
-/// Issue 11's bound on the server CPU of the engine's cycle, as a multiple of the floor's.
+/// The bound on the server CPU of the engine's cycle, as a multiple of the floor's.
 const SERVER_CPU_TARGET: f64 = 1.3;
 
 pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {

@@ -93,7 +93,7 @@ macro_rules! take_fence {
 /// (its last field `;w=0` becomes `;w=1`, in place: the key keeps its expiry), and a waiter
 /// that takes the lock while others still queue writes its value marked: a release whose value
 /// is not marked then frees the key without looking at the queue (see `RELEASE`). Values
-/// without that field (another client's, or a version's before the mark) are never changed.
+/// without that field (another client's, for one) are never changed.
 /// A waiter's state in the hash is `"<nonce> <ttl ms> <grace ms>"`,
 /// re-written at every attempt (the nonce is the attempt's token). No server clock decides who
 /// is alive: a caller that saw the same head with the same state for longer than that head's
@@ -135,8 +135,8 @@ local queued = first == waiter
 if queued then first = nil end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
--- Handed to this waiter: granted to its previous token, or (a release by an older version of
--- this library) marked `~<waiter id>`.
+-- Handed to this waiter: granted to its previous token, or marked `~<waiter id>` (a release that
+-- hands the lock over by id).
 local previous = ARGV[9] or ''
 local handed = cur and waiter ~= '' and
   (cur == '~' .. waiter or (previous ~= '' and (cur == previous or cur == marked(previous))))
@@ -259,7 +259,7 @@ return out
 /// sends only the key and the token (and the retention when it is not the default; it takes
 /// the shortest path through the script).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
-/// that waiter (`~<waiter id>` when handed over the old way), 0 when it was not (then nothing is
+/// that waiter (`~<waiter id>` when handed over by id), 0 when it was not (then nothing is
 /// touched). Ours: the key holds the token, or the token with the waiters' mark set.
 ///
 /// - The short path: the key holds the token unmarked (no waiter queued behind this lease, see
@@ -284,11 +284,11 @@ return out
 ///   channel its id names (`;grants=<id>` at its end: `<key>:released:<id>`, which only the
 ///   waiters of its locker listen to), else on `<key>:released`: that waiter holds the lock as
 ///   soon as the message reaches it, with no attempt of its own (one round trip less per
-///   hand-off), and the others sleep on (any other message wakes every waiter). A waiter's
-///   state written by an older version (no ttl in it) gets the old hand-over instead:
-///   `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is not a
-///   number is not touched (the DEL path: the waiter's attempt reports it). With nobody queued
-///   nobody listens (a waiter queues before it waits), so nothing is published.
+///   hand-off), and the others sleep on (any other message wakes every waiter). A waiter whose
+///   queue state has no ttl (`<nonce> <grace ms>`) is handed the lock by id instead: the key
+///   holds `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is
+///   not a number is not touched (the DEL path: the waiter's attempt reports it). With nobody
+///   queued nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         unusable_counter!(),

@@ -1,9 +1,9 @@
 //! A lease's standing, shared by the watchdog (which changes it) and the body's race and
 //! `Lease::lost` (which wait for a change).
 //!
-//! A `tokio::sync::watch` channel did this before. Every locked call paid for it whether anyone
-//! waited or not: its allocation, and the sender's drop, which wakes 8 notifiers, each behind a
-//! lock. This cell lives inside the lease's state, and notifies only when the standing changes.
+//! Not a `tokio::sync::watch` channel: every locked call would pay for one whether anyone waits
+//! or not (its allocation, and the sender's drop, which wakes 8 notifiers, each behind a lock).
+//! This cell lives inside the lease's state, and notifies only when the standing changes.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -107,7 +107,7 @@ struct Section {
     client: String,
 }
 
-/// The section of scenario 1, through the attribute: a fenced read-modify-write.
+/// The section of the `attr` mode, through the attribute: a fenced read-modify-write.
 #[distributed_lock(name = "{name}", ttl = "2s", wait = "30s", locker = locker, guard = lease)]
 async fn locked_section(
     locker: &Locker,
