@@ -8,6 +8,10 @@ use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockError, LockOptions, Locker};
 use support::{ms, raw_connection};
 
+/// Taken by the tests of this file that log: a log capture sees every event only while no
+/// other test of the process reaches the same log lines at the same time.
+static LOGGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A server with little memory that evicts any key (`allkeys-random`, so that a lock key,
 /// recently used or not, goes as soon as the cache fills).
 fn evicting_server(policy: &str) -> RedisServer {
@@ -40,6 +44,7 @@ async fn fill_until_evicted(server: &RedisServer, key: &str) -> usize {
 /// caller takes the lock while the first still holds its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsafe_control_an_evicting_server_lets_two_holders_in() {
+    let _alone = LOGGING.lock().await;
     let server = evicting_server("allkeys-random");
     let first = Locker::connect(&server.url()).await.unwrap();
     let second = Locker::connect(&server.url()).await.unwrap();
@@ -53,8 +58,10 @@ async fn unsafe_control_an_evicting_server_lets_two_holders_in() {
     assert!(overlap.fence() > held.fence());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: the log capture is per thread.
+#[tokio::test]
 async fn connect_names_an_evicting_policy() {
+    let _alone = LOGGING.lock().await;
     for policy in ["allkeys-lru", "volatile-ttl"] {
         let server = evicting_server(policy);
         let mut connected = None;
@@ -85,8 +92,10 @@ async fn connect_names_an_evicting_policy() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: the log capture is per thread.
+#[tokio::test]
 async fn a_server_that_does_not_evict_passes_in_silence() {
+    let _alone = LOGGING.lock().await;
     let server = RedisServer::start();
     let mut connected = None;
     let logs = support::capture_logs(async {
@@ -108,8 +117,10 @@ async fn a_server_that_does_not_evict_passes_in_silence() {
 
 /// `CONFIG` renamed away (as managed services do): the policy cannot be read, the locker
 /// connects and works, and says so at DEBUG.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: the log capture is per thread.
+#[tokio::test]
 async fn a_server_that_refuses_config_still_works() {
+    let _alone = LOGGING.lock().await;
     let server = RedisServer::start_with(&["--rename-command", "CONFIG", "\"\""]);
     let mut connected = None;
     let logs = support::capture_logs(async {
