@@ -314,3 +314,91 @@ async fn a_waiter_on_a_plain_key_notices_an_unannounced_release() {
         "took {after:?} after the release"
     );
 }
+
+/// Python clients holding the plain keys `lock:job:fence` (redis-py's `Lock`) and
+/// `lock:job:waiters` (the article's `acquire_lock`) while Rust callers queue for `job`, are
+/// served and release it (recording fences): both Python locks are still theirs at the end
+/// (redis-py's `release` raises if its value changed, the article's returns 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_locks_named_like_a_rust_locks_counter_and_queue_are_never_written() {
+    python_ready();
+    let server = RedisServer::start();
+    let dir = std::path::Path::new(SCRIPT).parent().unwrap();
+    let program = format!(
+        r#"
+import sys
+sys.path.insert(0, {dir:?})
+import redis
+from article_lock import acquire_lock, release_lock
+conn = redis.Redis.from_url(sys.argv[1])
+lock = conn.lock('lock:job:fence', timeout=60)
+assert lock.acquire(blocking=False)
+ident = acquire_lock(conn, 'job:waiters', acquire_timeout=1, lock_timeout=60)
+assert ident
+print('HELD', flush=True)
+sys.stdin.readline()
+lock.release()
+assert release_lock(conn, 'job:waiters', ident) == 1
+print('RELEASED', flush=True)
+"#,
+        dir = dir.display().to_string()
+    );
+    let child = Command::new("python3")
+        .args(["-c", &program, &server.url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut python = PythonWorker {
+        stdout: None,
+        child,
+    };
+    python.stdout = python.child.stdout.take().map(BufReader::new);
+    assert_eq!(python.line("HELD").await, "HELD");
+
+    let locker = Locker::builder()
+        .url(server.url())
+        .key_format(KeyFormat::Plain)
+        .connect()
+        .await
+        .unwrap();
+    let opts = lock_runtime::LockOptions::new(Duration::from_secs(10));
+    let holder = locker.acquire("job", &opts).await.unwrap();
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let opts = lock_runtime::LockOptions::new(Duration::from_secs(10))
+                    .with_wait(Duration::from_secs(10));
+                locker.acquire("job", &opts).await?.release().await
+            })
+        })
+        .collect();
+    let queued = async {
+        loop {
+            let info = locker.inspect("job").await.unwrap();
+            if info.is_some_and(|i| i.waiters.len() == 3) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    timeout(PHASE_LIMIT, queued)
+        .await
+        .expect("three waiters queue");
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap().unwrap();
+    }
+    // Python's locks show in `list` as another client's, and do not break it.
+    let names: Vec<String> = locker
+        .list("*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["job:fence", "job:waiters"]);
+    python.start();
+    assert_eq!(python.line("RELEASED").await, "RELEASED");
+}

@@ -216,17 +216,27 @@ async fn section(store: &FencedStore, client: &str, lease: &Lease, pause: Durati
         .expect("store write");
 }
 
+/// What the workers record, for the checks at the end.
+struct Records {
+    counts: Arc<Counts>,
+    grants: Arc<Grants>,
+    losses: Arc<Losses>,
+}
+
 /// One task: random operations until `until`.
 async fn worker(
     id: u64,
     seed: u64,
     locker: Locker,
     store: FencedStore,
-    counts: Arc<Counts>,
-    grants: Arc<Grants>,
-    losses: Arc<Losses>,
+    records: Records,
     until: Instant,
 ) {
+    let Records {
+        counts,
+        grants,
+        losses,
+    } = records;
     let mut rng = Rng::new(seed ^ (id + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     while Instant::now() < until {
         let ttl = rng.pick(&[200u64, 300, 500, 800]);
@@ -411,16 +421,13 @@ async fn soak_random_faults_no_violations_no_leaks() {
         ];
         let workers: Vec<_> = (0..16u64)
             .map(|id| {
-                let (locker, store, counts, grants, losses) = (
-                    lockers[id as usize % 4].clone(),
-                    store.clone(),
-                    counts.clone(),
-                    grants.clone(),
-                    losses.clone(),
-                );
-                tokio::spawn(worker(
-                    id, seed, locker, store, counts, grants, losses, until,
-                ))
+                let records = Records {
+                    counts: counts.clone(),
+                    grants: grants.clone(),
+                    losses: losses.clone(),
+                };
+                let (locker, store) = (lockers[id as usize % 4].clone(), store.clone());
+                tokio::spawn(worker(id, seed, locker, store, records, until))
             })
             .collect();
 
