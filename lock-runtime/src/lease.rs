@@ -127,9 +127,15 @@ impl Lease {
         };
         // Marked only once done: if this future is dropped mid-way, the lease's drop releases
         // in the background (compare-and-delete twice is harmless).
-        let out = renewing.quorum().release(&self.state).await;
+        let mut out = renewing.quorum().release(&self.state).await;
         self.released = true;
         released(&self.state, &out);
+        // A lease lost before its release: the loss seen first is the reason.
+        if let Err(LockError::Lost { reason, .. }) = &mut out
+            && let Some(first) = self.state.status.get().lost
+        {
+            *reason = first;
+        }
         out
     }
 
