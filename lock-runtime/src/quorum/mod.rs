@@ -5,6 +5,8 @@
 //! at once and is decided as soon as the replies so far decide it, so that one slow or silent
 //! server never holds up a decision the others already made.
 
+mod majority;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +22,7 @@ use crate::node::{
 use crate::pubsub::Subscription;
 use crate::validity::LeaseState;
 use crate::{LockError, LostReason};
+use majority::{Majority, Tally, Verdict};
 
 /// Fence floor granularity on a Redlock node: the server's clock rounded down to the second, so
 /// that the nodes of a majority hand out the same fence and need no second round trip to agree.
@@ -28,7 +31,7 @@ const REDLOCK_FENCE_QUANTUM_US: u64 = 1_000_000;
 /// The servers of one locker and the majority it needs.
 pub(crate) struct Quorum {
     nodes: Vec<Arc<Node>>,
-    needed: usize,
+    majority: Majority,
     /// How long an unused fence counter is kept; 0 forever.
     fence_retention_ms: u64,
     /// How lock names become keys (and so where the derived keys live).
@@ -85,40 +88,15 @@ pub(crate) enum Renewal {
     Undecided,
 }
 
-/// How many servers said yes, said no, or failed, for one question.
-#[derive(Default)]
-struct Tally {
-    yes: usize,
-    no: usize,
-    failed: usize,
-}
-
-impl Tally {
-    /// `None`: no reply yet; `Some(None)`: the request failed; `Some(Some(answer))`.
-    fn of(replies: impl Iterator<Item = Option<Option<bool>>>) -> Self {
-        let mut t = Self::default();
-        for reply in replies {
-            match reply {
-                Some(Some(true)) => t.yes += 1,
-                Some(Some(false)) => t.no += 1,
-                Some(None) => t.failed += 1,
-                None => {}
-            }
-        }
-        t
-    }
-}
-
 impl Quorum {
     pub(crate) fn new(
         nodes: Vec<Arc<Node>>,
         fence_retention_ms: u64,
         key_format: KeyFormat,
     ) -> Self {
-        let needed = nodes.len() / 2 + 1;
         Self {
+            majority: Majority::of(nodes.len()),
             nodes,
-            needed,
             fence_retention_ms,
             key_format,
         }
@@ -148,7 +126,7 @@ impl Quorum {
 
     /// How many servers must agree: `N/2 + 1`.
     pub(crate) fn needed(&self) -> usize {
-        self.needed
+        self.majority.needed()
     }
 
     pub(crate) fn nodes(&self) -> &[Arc<Node>] {
@@ -234,7 +212,7 @@ impl Quorum {
         LockError::QuorumUnavailable {
             name: name.to_owned(),
             got,
-            needed: self.needed,
+            needed: self.majority.needed(),
             failures: failures
                 .into_iter()
                 .map(|(i, f)| (self.nodes[i].addr().to_owned(), f.to_string()))
@@ -258,7 +236,7 @@ impl Quorum {
             .filter_map(|(i, r)| r.err().map(|e| (i, e)))
             .collect();
         let got = self.nodes.len() - failures.len();
-        if failures.is_empty() || (got >= self.needed && self.nodes.len() > 1) {
+        if failures.is_empty() || (self.majority.reached(got) && self.nodes.len() > 1) {
             return Ok(());
         }
         if self.nodes.len() == 1 {
@@ -267,7 +245,7 @@ impl Quorum {
         Err(LockError::QuorumUnavailable {
             name: String::new(),
             got,
-            needed: self.needed,
+            needed: self.majority.needed(),
             failures: failures
                 .into_iter()
                 .map(|(i, e)| (self.nodes[i].addr().to_owned(), e.to_string()))
@@ -352,7 +330,7 @@ impl Quorum {
         limit: Duration,
     ) -> Result<Acquired, LockError> {
         let quantum = self.fence_quantum();
-        let (needed, n) = (self.needed, self.nodes.len());
+        let (majority, n) = (self.majority, self.nodes.len());
         let retention = self.fence_retention_ms;
         // One server: its one reply decides, awaited in place (no request boxed, nothing cloned).
         let (replies, fanout): (Vec<Option<RedisResult<AcquireReply>>>, Late) =
@@ -396,8 +374,12 @@ impl Quorum {
                             .iter()
                             .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
                             .count();
-                        let pending = replies.iter().filter(|r| r.is_none()).count();
-                        granted >= needed || granted + pending < needed
+                        let answered = replies.iter().filter(|r| r.is_some()).count();
+                        majority.settled(Tally {
+                            yes: granted,
+                            no: 0,
+                            failed: answered - granted,
+                        })
                     })
                     .await;
                 (fanout.take_replies(), fanout)
@@ -439,7 +421,7 @@ impl Quorum {
             }
         }
         let granted_nodes: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
-        if granted.len() >= needed {
+        if majority.reached(granted.len()) {
             // Only counters behind the maximum need raising; when the servers are in step (the
             // usual case) that is none, and the acquire stays one round trip.
             let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
@@ -451,7 +433,7 @@ impl Quorum {
             let raise_failures = self
                 .raise_fences(&behind, keys, fence, retention, limit)
                 .await;
-            if granted.len() - raise_failures.len() >= needed {
+            if majority.reached(granted.len() - raise_failures.len()) {
                 return Ok(Acquired::Granted {
                     fence,
                     record_fence: false,
@@ -469,7 +451,7 @@ impl Quorum {
         if let Some((head, state)) = not_our_turn {
             return Ok(Acquired::NotOurTurn { head, state });
         }
-        if n - failures.len() >= needed
+        if majority.reached(n - failures.len())
             && let Some(pttl) = busy_pttl
         {
             return Ok(Acquired::Busy {
@@ -581,7 +563,7 @@ impl Quorum {
             let (node, chunk) = (Arc::clone(node), Arc::clone(chunk));
             async move { renew_on(&node, &chunk).await }
         }));
-        let (needed, n) = (self.needed, self.nodes.len());
+        let majority = self.majority;
         let lease_reply = |replies: &[Option<Vec<Option<RenewReply>>>], i: usize| {
             Tally::of(replies.iter().map(|r| {
                 r.as_ref()
@@ -592,7 +574,7 @@ impl Quorum {
             .until(|replies| {
                 (0..chunk.len()).all(|i| {
                     let t = lease_reply(replies, i);
-                    chunk[i].is_ended() || t.yes >= needed || t.no > n - needed
+                    chunk[i].is_ended() || majority.settled(t)
                 })
             })
             .await;
@@ -603,14 +585,11 @@ impl Quorum {
                     r.as_ref()
                         .is_some_and(|r| r[i] == Some(RenewReply::NotReplicated))
                 });
-                if t.yes >= needed {
-                    Renewal::Renewed
-                } else if t.no > n - needed && unreplicated {
-                    Renewal::NotReplicated
-                } else if t.no > n - needed {
-                    Renewal::NotOwner
-                } else {
-                    Renewal::Undecided
+                match majority.verdict(t) {
+                    Verdict::Yes => Renewal::Renewed,
+                    Verdict::No if unreplicated => Renewal::NotReplicated,
+                    Verdict::No => Renewal::NotOwner,
+                    Verdict::OutOfReach | Verdict::Open => Renewal::Undecided,
                 }
             })
             .collect();
@@ -685,7 +664,7 @@ impl Quorum {
             };
         }
         let how = Arc::new(how);
-        let (needed, n) = (self.needed, self.nodes.len());
+        let majority = self.majority;
         let replies = {
             let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
                 let node = Arc::clone(node);
@@ -697,21 +676,17 @@ impl Quorum {
                 async move { node.release(&keys, &token, &how).await }
             }));
             fanout
-                .until(|replies| {
-                    let t = Tally::of(replies.iter().map(answer));
-                    t.yes >= needed || t.no > n - needed || n - t.failed < needed
-                })
+                .until(|replies| majority.settled(Tally::of(replies.iter().map(answer))))
                 .await;
             let replies = fanout.take_replies();
             fanout.detach();
             replies
         };
         let t = Tally::of(replies.iter().map(answer));
-        if t.yes >= needed {
-            return Ok(());
-        }
-        if t.no > n - needed {
-            return Err(lease.lost_error(LostReason::GoneAtRelease));
+        match majority.verdict(t) {
+            Verdict::Yes => return Ok(()),
+            Verdict::No => return Err(lease.lost_error(LostReason::GoneAtRelease)),
+            Verdict::OutOfReach | Verdict::Open => {}
         }
         let failures: Vec<(usize, Failure)> = replies
             .into_iter()
