@@ -21,6 +21,8 @@ pub const DEFAULT_FENCE_RETENTION: Duration =
     Duration::from_millis(crate::scripts::DEFAULT_RETENTION_MS);
 
 /// Builds a [`Locker`]: the Redis URL(s), the key prefix and the connection settings.
+/// Give it one deployment (`url`, `urls`, `cluster` or `sentinel`): a second one is a
+/// [`LockError::Config`] at build, not silently taken over the first.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -36,6 +38,9 @@ pub const DEFAULT_FENCE_RETENTION: Duration =
 #[derive(Debug, Clone)]
 pub struct LockerBuilder {
     deployment: Deployment,
+    /// The builder call that chose the deployment, and a later call that chose another one
+    /// (refused at build: which one was meant cannot be told).
+    deployment_calls: (Option<&'static str>, Option<(&'static str, &'static str)>),
     prefix: String,
     settings: Settings,
     tls_root_cert: Option<Vec<u8>>,
@@ -60,6 +65,7 @@ impl Default for LockerBuilder {
     fn default() -> Self {
         Self {
             deployment: Deployment::Servers(Vec::new()),
+            deployment_calls: (None, None),
             prefix: "lock:".to_owned(),
             settings: Settings {
                 connect_timeout: Duration::from_secs(1),
@@ -78,20 +84,19 @@ impl Default for LockerBuilder {
 impl LockerBuilder {
     /// One Redis node (`redis://` or `rediss://`, credentials in the URL).
     #[must_use]
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.deployment = Deployment::Servers(vec![url.into()]);
-        self
+    pub fn url(self, url: impl Into<String>) -> Self {
+        self.deploy("url", Deployment::Servers(vec![url.into()]))
     }
 
     /// N independent nodes for Redlock: a lock holds with a majority of them.
     #[must_use]
-    pub fn urls<I, S>(mut self, urls: I) -> Self
+    pub fn urls<I, S>(self, urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.deployment = Deployment::Servers(urls.into_iter().map(Into::into).collect());
-        self
+        let urls = urls.into_iter().map(Into::into).collect();
+        self.deploy("urls", Deployment::Servers(urls))
     }
 
     /// A Redis Cluster (Redis 7.0 or later), from the URLs of some of its nodes (the rest are
@@ -107,13 +112,13 @@ impl LockerBuilder {
     ///
     /// [`replicas`]: Self::replicas
     #[must_use]
-    pub fn cluster<I, S>(mut self, seed_urls: I) -> Self
+    pub fn cluster<I, S>(self, seed_urls: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.deployment = Deployment::Cluster(seed_urls.into_iter().map(Into::into).collect());
-        self
+        let seeds = seed_urls.into_iter().map(Into::into).collect();
+        self.deploy("cluster", Deployment::Cluster(seeds))
     }
 
     /// The primary that Redis Sentinel names for `master`, found through the Sentinels at
@@ -126,15 +131,23 @@ impl LockerBuilder {
     ///
     /// [`replicas`]: Self::replicas
     #[must_use]
-    pub fn sentinel<I, S>(mut self, sentinel_urls: I, master: impl Into<String>) -> Self
+    pub fn sentinel<I, S>(self, sentinel_urls: I, master: impl Into<String>) -> Self
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        self.deployment = Deployment::Sentinel {
-            urls: sentinel_urls.into_iter().map(Into::into).collect(),
-            master: master.into(),
-        };
+        let urls = sentinel_urls.into_iter().map(Into::into).collect();
+        let master = master.into();
+        self.deploy("sentinel", Deployment::Sentinel { urls, master })
+    }
+
+    /// Chooses the deployment; a second choice is remembered as a conflict.
+    fn deploy(mut self, call: &'static str, deployment: Deployment) -> Self {
+        if let Some(first) = self.deployment_calls.0 {
+            self.deployment_calls.1.get_or_insert((first, call));
+        }
+        self.deployment_calls.0 = Some(call);
+        self.deployment = deployment;
         self
     }
 
@@ -239,6 +252,16 @@ impl LockerBuilder {
 
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
+        if let Some((first, then)) = self.deployment_calls.1 {
+            return Err(LockError::config(
+                "",
+                format!(
+                    "the builder was given two deployments, `.{first}(..)` and then \
+                     `.{then}(..)`: give one (`.url` for one server, `.urls` for Redlock's \
+                     nodes, `.cluster` or `.sentinel`)"
+                ),
+            ));
+        }
         let cluster = matches!(self.deployment, Deployment::Cluster(_));
         check_format(cluster, self.key_format, &self.prefix)?;
         let tls = self.tls_root_cert.as_deref();
@@ -394,6 +417,22 @@ mod tests {
         );
         assert!(check_format(false, KeyFormat::Plain, "lock:").is_ok());
         assert!(check_format(true, KeyFormat::HashTagged, "lock:").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_second_deployment_is_refused_not_silently_taken() {
+        let builders = [
+            LockerBuilder::default().url("redis://a").cluster(["redis://b"]),
+            LockerBuilder::default().url("redis://a").url("redis://b"),
+            LockerBuilder::default()
+                .sentinel(["redis://s"], "m")
+                .urls(["redis://a", "redis://b", "redis://c"]),
+        ];
+        for builder in builders {
+            let err = builder.build().unwrap_err().to_string();
+            assert!(err.contains("two deployments"), "{err}");
+        }
+        assert!(LockerBuilder::default().url("redis://a").build().is_ok());
     }
 
     #[test]
