@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::keys::Keys;
+use crate::lease_state::{Granted, LeaseState};
 use crate::node::Waiter;
 use crate::pubsub::{Grant, Subscription, Wake};
 use crate::queue::{QueuePlace, StaleHeads};
 use crate::quorum::{Acquired, Ask, Late, Quorum};
-use crate::validity::{Granted, LeaseState};
 use crate::watchdog::Watchdog;
 
 /// A wait that never ends in practice: 100 years.
@@ -265,10 +265,10 @@ impl Acquirer {
         };
         match &result {
             Ok(lease) => {
-                crate::observe::acquired(lease.state.label(), lease.fence(), begun);
+                crate::telemetry::acquired(lease.state.label(), lease.fence(), begun);
             }
-            Err(LockError::Busy { name, waited }) => crate::observe::busy(
-                crate::observe::Label {
+            Err(LockError::Busy { name, waited }) => crate::telemetry::busy(
+                crate::telemetry::Label {
                     template: opts.template(),
                     name,
                 },

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::lease_state::LeaseState;
 use crate::status::StatusRx;
-use crate::validity::LeaseState;
 use crate::watchdog::Renewing;
 use crate::{LockError, LostReason};
 
@@ -178,12 +178,12 @@ impl Drop for Lease {
 /// the loss was reported already (then the key is gone, as expected).
 fn released(state: &LeaseState, out: &Result<(), LockError>) {
     match out {
-        Ok(()) => crate::observe::released(state.label()),
+        Ok(()) => crate::telemetry::released(state.label()),
         Err(LockError::Lost { .. }) if state.status.get().lost.is_some() => {}
         Err(LockError::Lost { reason, .. }) => {
             state.mark_lost(*reason);
-            crate::observe::lost_at_release(state.label());
+            crate::telemetry::lost_at_release(state.label());
         }
-        Err(e) => crate::observe::release_failed(state.label(), e),
+        Err(e) => crate::telemetry::release_failed(state.label(), e),
     }
 }

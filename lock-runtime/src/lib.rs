@@ -63,16 +63,20 @@
 #![warn(missing_docs)]
 
 // The engine's layers, from the leaves up; each imports only from the layers above it in this
-// list (tests/layering.rs checks that there is no cycle):
+// list (tests/layering.rs checks that there is no cycle and that the low layers do not reach the
+// facade):
 // - leaves: error, options, keys, scripts, output, deadlines, connect, fanout, random, slot,
-//   observe
+//   telemetry (tracing events and metrics)
 // - how requests reach one logical server: cluster (Redis Cluster), sentinel (the primary
 //   Sentinel names), link (either, or a direct connection)
 // - one logical server: pubsub (its release notifications), node (its scripts and commands)
-// - the deployment: quorum (N servers and the rule that decides their replies; one server is N = 1)
-// - one lease: validity (what is known of it), watchdog (its renewal), lease (the handle)
+// - the deployment: quorum (N servers and the majority rule that decides their replies; one
+//   server is N = 1)
+// - one lease: status (its standing), lease_state (what is known of it), watchdog (its
+//   renewal), lease (the handle), holder (who holds a key)
 // - taking one: queue (the fair waiter queue), acquire (an attempt, and waiting)
-// - the facade: held (reentrancy), run (the body), builder, locker, default_locker, inspect
+// - the facade: reentrancy (nested calls), run (the body), builder, locker, default_locker,
+//   inspect
 mod acquire;
 mod builder;
 mod cluster;
@@ -81,27 +85,27 @@ mod deadlines;
 mod default_locker;
 mod error;
 mod fanout;
-mod held;
 mod holder;
 mod inspect;
 mod keys;
 mod lease;
+mod lease_state;
 mod link;
 mod locker;
 mod node;
-mod observe;
 mod options;
 mod output;
 mod pubsub;
 mod queue;
 mod quorum;
 mod random;
+mod reentrancy;
 mod run;
 mod scripts;
 mod sentinel;
 mod slot;
 mod status;
-mod validity;
+mod telemetry;
 mod watchdog;
 
 #[cfg(feature = "testing")]

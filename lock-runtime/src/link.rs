@@ -68,9 +68,9 @@ impl Link {
         }
     }
 
-    /// `request`, from whose outcome this link learns (see [`Self::observe`]).
-    pub(crate) fn observed<F>(&self, request: F) -> Observed<'_, F> {
-        Observed {
+    /// `request`, from whose outcome this link learns (see [`Self::check_for_failover`]).
+    pub(crate) fn watch_for_failover<F>(&self, request: F) -> FailoverWatch<'_, F> {
+        FailoverWatch {
             request,
             link: self,
         }
@@ -78,7 +78,7 @@ impl Link {
 
     /// Learns from a request's outcome: behind Sentinel, an error that may mean a failover makes
     /// the link ask the Sentinels for the primary again.
-    pub(crate) fn observe<T>(&self, result: &RedisResult<T>) {
+    pub(crate) fn check_for_failover<T>(&self, result: &RedisResult<T>) {
         if let (Self::Sentinel(s), Err(e)) = (self, result) {
             s.suspect(e);
         }
@@ -95,20 +95,20 @@ impl Link {
 pin_project_lite::pin_project! {
     /// A request whose outcome its link learns from. A future of its own, not an `async fn`: one
     /// that takes a future keeps it twice, and this one is in every request.
-    pub(crate) struct Observed<'a, F> {
+    pub(crate) struct FailoverWatch<'a, F> {
         #[pin]
         request: F,
         link: &'a Link,
     }
 }
 
-impl<T, F: Future<Output = RedisResult<T>>> Future for Observed<'_, F> {
+impl<T, F: Future<Output = RedisResult<T>>> Future for FailoverWatch<'_, F> {
     type Output = RedisResult<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         let out = std::task::ready!(this.request.poll(cx));
-        this.link.observe(&out);
+        this.link.check_for_failover(&out);
         Poll::Ready(out)
     }
 }

@@ -90,7 +90,7 @@ impl Locker {
         opts.validate_for(name)?;
         check_name(name, self.inner.format)?;
         let key = self.key_of(name);
-        if let Some(found) = crate::held::find(self.id(), &key) {
+        if let Some(found) = crate::reentrancy::find(self.id(), &key) {
             return self.nested(Arc::clone(found.lease()), opts).await;
         }
         self.inner
@@ -177,7 +177,7 @@ impl Locker {
             async {
                 // The wait is timed only for a span that records it.
                 let begun = (!span.is_disabled()).then(tokio::time::Instant::now);
-                if let Some(found) = crate::held::find(self.id(), &key) {
+                if let Some(found) = crate::reentrancy::find(self.id(), &key) {
                     // After the sections nested beside this one that came first.
                     let _turn = found.turn().await;
                     let lease = self.nested(Arc::clone(found.lease()), opts).await?;
@@ -193,8 +193,12 @@ impl Locker {
                     span.record("waited_ms", begun.elapsed().as_millis() as u64);
                 }
                 let state = Arc::clone(&lease.state);
-                crate::held::holding(self.id(), state, crate::run::run_body(lease, opts, body))
-                    .await
+                crate::reentrancy::holding(
+                    self.id(),
+                    state,
+                    crate::run::run_body(lease, opts, body),
+                )
+                .await
             },
             span.clone(),
         )
@@ -207,7 +211,7 @@ impl Locker {
     /// now if it was taken without one and this call can read it.
     async fn nested(
         &self,
-        held: Arc<crate::validity::LeaseState>,
+        held: Arc<crate::lease_state::LeaseState>,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
         let quorum = &self.inner.acquirer.quorum;

@@ -56,7 +56,7 @@ where
     }
     // Made before the release consumes the lease; the name is copied for an error only.
     let max_exec_error = matches!(outcome, Outcome::MaxExec).then(|| {
-        crate::observe::max_exec(lease.state.label(), max_exec);
+        crate::telemetry::max_exec(lease.state.label(), max_exec);
         LockError::MaxExecExceeded {
             name: lease.name().to_owned(),
             max_exec,

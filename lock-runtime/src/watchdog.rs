@@ -24,8 +24,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
+use crate::lease_state::LeaseState;
 use crate::quorum::{Quorum, Renewal};
-use crate::validity::LeaseState;
 
 /// How long an idle task waits for new leases before it stops: a steady acquire/release loop
 /// then reuses one task instead of spawning one per lease.

@@ -422,11 +422,15 @@ mod tests {
     #[tokio::test]
     async fn a_second_deployment_is_refused_not_silently_taken() {
         let builders = [
-            LockerBuilder::default().url("redis://a").cluster(["redis://b"]),
-            LockerBuilder::default().url("redis://a").url("redis://b"),
             LockerBuilder::default()
-                .sentinel(["redis://s"], "m")
-                .urls(["redis://a", "redis://b", "redis://c"]),
+                .url("redis://a")
+                .cluster(["redis://b"]),
+            LockerBuilder::default().url("redis://a").url("redis://b"),
+            LockerBuilder::default().sentinel(["redis://s"], "m").urls([
+                "redis://a",
+                "redis://b",
+                "redis://c",
+            ]),
         ];
         for builder in builders {
             let err = builder.build().unwrap_err().to_string();

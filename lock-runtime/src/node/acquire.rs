@@ -200,7 +200,7 @@ impl Node {
         let mut conn = self.conn().await?;
         let replies = if alone {
             self.link
-                .observed(set.query_async::<Value>(&mut conn))
+                .watch_for_failover(set.query_async::<Value>(&mut conn))
                 .await
                 .map(Replies::One)
         } else {
@@ -217,7 +217,7 @@ impl Node {
                 pipe.add_command(wait);
             }
             self.link
-                .observed(pipe.query_async::<Vec<Value>>(&mut conn))
+                .watch_for_failover(pipe.query_async::<Vec<Value>>(&mut conn))
                 .await
                 .map(Replies::Many)
         };

@@ -18,7 +18,7 @@ use crate::connect::{
 };
 use crate::deadlines::{Bound, Deadlines};
 use crate::keys::Keys;
-use crate::link::{Conn, Link, Observed};
+use crate::link::{Conn, FailoverWatch, Link};
 use crate::pubsub::{Notifications, Source, Subscription, Wake};
 use crate::scripts::{self, evalsha};
 use crate::sentinel::SentinelLink;
@@ -273,7 +273,7 @@ impl Node {
     /// A connection for one request.
     async fn conn(&self) -> RedisResult<Conn> {
         let conn = self.link.conn().await;
-        self.link.observe(&conn);
+        self.link.check_for_failover(&conn);
         conn
     }
 
@@ -283,9 +283,9 @@ impl Node {
         &self,
         limit: Duration,
         request: F,
-    ) -> Observed<'_, Bounded<Bound<'_, F>>> {
+    ) -> FailoverWatch<'_, Bounded<Bound<'_, F>>> {
         self.link
-            .observed(bounded_in(&self.deadlines, limit, request))
+            .watch_for_failover(bounded_in(&self.deadlines, limit, request))
     }
 
     /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.

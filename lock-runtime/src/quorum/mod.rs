@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use crate::deadlines::Deadlines;
 use crate::fanout::Fanout;
 use crate::keys::{KeyFormat, Keys};
+use crate::lease_state::LeaseState;
 use crate::node::{
     AcquireReply, AcquireRequest, FastReply, FenceReply, Node, Release, RenewReply, Waiter,
 };
 use crate::pubsub::Subscription;
-use crate::validity::LeaseState;
 use crate::{LockError, LostReason};
 use majority::{Majority, Tally, Verdict};
 

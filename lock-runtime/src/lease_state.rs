@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::observe::Label;
 use crate::status::{Status, StatusCell};
+use crate::telemetry::Label;
 use crate::{LockError, LostReason};
 
 /// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
@@ -131,9 +131,9 @@ impl LeaseState {
             }
         });
         if lost_now {
-            crate::observe::lost(self.label(), LostReason::ValidityExpired);
+            crate::telemetry::lost(self.label(), LostReason::ValidityExpired);
         } else if self.status.get().lost.is_none() {
-            crate::observe::renewed(self.label(), sent.elapsed());
+            crate::telemetry::renewed(self.label(), sent.elapsed());
         }
         self.status.get().lost.is_none()
     }
@@ -149,7 +149,7 @@ impl LeaseState {
             }
         });
         if first && !self.is_ended() {
-            crate::observe::lost(self.label(), reason);
+            crate::telemetry::lost(self.label(), reason);
         }
     }
 
@@ -162,7 +162,7 @@ impl LeaseState {
     pub(crate) fn end(&self) -> bool {
         let first = !self.ended.swap(true, Ordering::AcqRel);
         if first {
-            crate::observe::ended(self.label(), self.started);
+            crate::telemetry::ended(self.label(), self.started);
             self.status.send_if_modified(|_| true);
         }
         first

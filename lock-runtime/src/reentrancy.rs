@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::validity::LeaseState;
+use crate::lease_state::LeaseState;
 
 tokio::task_local! {
     static HELD: Holding;
