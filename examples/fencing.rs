@@ -10,8 +10,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockOptions, Locker};
+use lock_testing::redis_url_or_private_server;
 
 /// A storage that refuses writes whose fence is not above every fence it has seen.
 #[derive(Default)]

@@ -19,8 +19,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockError, Locker, distributed_lock};
+use lock_testing::redis_url_or_private_server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

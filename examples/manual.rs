@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::redis_url_or_private_server;
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {

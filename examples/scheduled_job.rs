@@ -21,8 +21,8 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::testing::redis_url_or_private_server;
 use lock_runtime::{Locker, distributed_lock};
+use lock_testing::redis_url_or_private_server;
 use tokio_cron_scheduler::{Job, JobScheduler};
 
 const WORKERS: u32 = 3;

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{LockOptions, Locker};
+use lock_testing::{FaultProxy, RedisServer};
 use support::{eventually, ms, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
 

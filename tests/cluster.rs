@@ -8,8 +8,8 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use lock_runtime::testing::{RedisCluster, RedisServer, key_slot};
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::{RedisCluster, RedisServer, key_slot};
 use support::Failure;
 use support::fenced::{FencedStore, Mode};
 use support::ms;

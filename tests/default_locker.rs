@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lock_runtime::LockOptions;
-use lock_runtime::testing::RedisServer;
+use lock_testing::RedisServer;
 
 #[tokio::test]
 async fn default_locker_is_made_from_lock_redis_url() {

@@ -1,8 +1,8 @@
 //! The process default locker can be a Redis Cluster (`LOCK_REDIS_CLUSTER`) with
 //! `replicas(n)` (`LOCK_REDIS_REPLICAS`); one test per binary: the default locker is global.
 
-use lock_runtime::testing::RedisCluster;
 use lock_runtime::{LockError, distributed_lock};
+use lock_testing::RedisCluster;
 
 // With a wait: the first call also connects to the cluster, which on a loaded machine can take
 // longer than one attempt's bound (the connection goes on in the background meanwhile).

@@ -696,7 +696,7 @@ async fn tls_urls_without_tls_support_say_so() {
 
 #[tokio::test]
 async fn credentials_in_the_url_are_used_and_never_printed() {
-    let server = lock_runtime::testing::RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let server = lock_testing::RedisServer::start_with(&["--requirepass", "s3cret"]);
     let url = format!("redis://:s3cret@127.0.0.1:{}", server.port());
     let locker = Locker::connect(&url).await.expect("authenticated");
     locker

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::RedisServer;
 
 const CREDENTIALS: &str = "check the user and password in the URL";
 const UP: &str = "check that the server is up and reachable";

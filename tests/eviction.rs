@@ -4,8 +4,8 @@
 
 mod support;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::RedisServer;
 use support::{ms, raw_connection};
 
 /// Taken by the tests of this file that log: a log capture sees every event only while no

@@ -14,8 +14,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{Lease, LockError, Locker, LostReason, drift};
+use lock_testing::{FaultProxy, RedisServer};
 use support::fenced::{FencedStore, Mode, Report};
 use support::holder::{Holder, field, num_field};
 use support::{Env, eventually, ms, opts};

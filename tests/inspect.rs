@@ -3,8 +3,8 @@
 
 mod support;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockOptions, LockState, Locker};
+use lock_testing::RedisServer;
 use support::{Env, ms};
 
 async fn labelled(server: &RedisServer, label: &str) -> Locker {

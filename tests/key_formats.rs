@@ -4,8 +4,8 @@
 
 mod support;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{KeyFormat, LockError, LockOptions, LockState, Locker};
+use lock_testing::RedisServer;
 use support::{ms, raw_connection};
 
 async fn plain_locker(server: &RedisServer) -> Locker {

@@ -6,8 +6,8 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use lock_runtime::testing::{FaultProxy, RedisServer, ServerClock};
 use lock_runtime::{LockError, LockOptions, Locker, LostReason};
+use lock_testing::{FaultProxy, RedisServer, ServerClock};
 use support::{Env, calls, eventually, ms, opts, pubsub_channels, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
 

@@ -10,8 +10,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{KeyFormat, LockError, Locker, distributed_lock};
+use lock_testing::RedisServer;
 use tokio::time::timeout;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/article_lock.py");

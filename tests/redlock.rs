@@ -7,8 +7,8 @@ mod support;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use lock_runtime::testing::FaultProxy;
 use lock_runtime::{LockError, LostReason};
+use lock_testing::FaultProxy;
 use support::nodes::{Nodes, locker_over};
 use support::{eventually, ms, opts};
 use tokio::sync::oneshot;

@@ -8,8 +8,8 @@ mod support;
 
 use std::time::Duration;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{Lease, LockOptions, Locker};
+use lock_testing::{FaultProxy, RedisServer};
 use support::monitor::Monitor;
 use support::{eventually, ms, opts};
 use tokio::runtime::Runtime;

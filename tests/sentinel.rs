@@ -6,8 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use lock_runtime::testing::{RedisServer, SentinelSet};
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::{RedisServer, SentinelSet};
 use support::Failure;
 use support::fenced::{FencedStore, Mode};
 use support::ms;

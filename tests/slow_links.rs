@@ -3,8 +3,8 @@
 
 mod support;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{LockOptions, Locker};
+use lock_testing::{FaultProxy, RedisServer};
 use support::ms;
 use tokio::time::{Instant, sleep};
 

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
 use lock_runtime::{Lease, LockError, LockOptions, Locker};
+use lock_testing::{FaultProxy, RedisServer};
 use support::fenced::{FencedStore, Mode};
 use support::{eventually, ms};
 use tokio::time::{Instant, timeout};

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::RedisServer;
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::{RedisCluster, RedisServer};
 use lock_runtime::{Locker, LockerBuilder};
+use lock_testing::{RedisCluster, RedisServer};
 use tokio::time::Instant;
 
 use crate::handoff::{Pause, Shape, engine_handoff_on};

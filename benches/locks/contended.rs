@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_testing::RedisServer;
 
 use crate::Config;
 use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{Lease, LockOptions, Locker};
+use lock_testing::RedisServer;
 use tokio::time::Instant;
 
 use crate::Config;

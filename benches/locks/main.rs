@@ -152,7 +152,7 @@ pub(crate) fn loadavg() -> String {
 /// `b`: 8 Lockers, `floor`: the raw FIFO hand-off), on a private server, for a profiler.
 async fn handoff_only(kind: &str, secs: f64) {
     use handoff::{Pause, Shape, engine_handoff};
-    let server = lock_runtime::testing::RedisServer::start();
+    let server = lock_testing::RedisServer::start();
     let (url, length) = (server.url(), Duration::from_secs_f64(secs));
     let run = match kind {
         "a" => engine_handoff(&url, length, Pause::Precise, Shape::SharedLocker).await,
@@ -175,7 +175,7 @@ async fn spin(kind: &str, secs: f64) {
         "attr" => Cycle::Attr,
         other => panic!("BENCH_SPIN={other}: give floor, rslock, acquire or attr"),
     };
-    let server = lock_runtime::testing::RedisServer::start();
+    let server = lock_testing::RedisServer::start();
     let t = Target::connect(&server.url(), server.pid()).await;
     // In a spawned task, as rows 1 and 2 run their cycles: `block_on`'s future runs on the main
     // thread, outside the runtime's workers, and would be woken across threads on every reply.

@@ -151,7 +151,7 @@ fn machine() -> String {
 }
 
 fn redis_version() -> String {
-    let bin = std::env::var(lock_runtime::testing::REDIS_SERVER_BIN_ENV)
+    let bin = std::env::var(lock_testing::REDIS_SERVER_BIN_ENV)
         .unwrap_or_else(|_| "redis-server".to_owned());
     std::process::Command::new(&bin)
         .arg("--version")

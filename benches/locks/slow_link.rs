@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::{FaultProxy, RedisServer};
+use lock_testing::{FaultProxy, RedisServer};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
+use lock_testing::RedisServer;
 
 use crate::Config;
 use crate::compare::{Comparison, RUN_OF};

@@ -45,8 +45,9 @@
 //!
 //! - `tls`: `rediss://` URLs.
 //! - `metrics`: counters, histograms and a gauge through the `metrics` facade.
-//! - `testing`: the `lock_runtime::testing` module: private `redis-server` processes, Redis
-//!   Cluster, Sentinel and fault injection, to test your own locked code.
+//!
+//! The test support (private `redis-server` processes, Redis Cluster, Sentinel and fault
+//! injection, to test your own locked code) is the `lock-testing` crate.
 //!
 //! # Guides
 //!
@@ -107,9 +108,6 @@ mod slot;
 mod status;
 mod telemetry;
 mod watchdog;
-
-#[cfg(feature = "testing")]
-pub mod testing;
 
 pub use builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
 pub use default_locker::{default_locker, set_default_locker};

@@ -183,16 +183,17 @@ impl StaleHeads {
     }
 }
 
-#[cfg(all(test, feature = "testing"))]
+#[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
+
+    use lock_testing::RedisServer;
 
     use super::QueuePlace;
     use crate::connect::Settings;
     use crate::keys::Keys;
     use crate::node::{AcquireReply, AcquireRequest, Node, Release, Waiter};
-    use crate::testing::RedisServer;
 
     async fn attempt(
         node: &Node,

@@ -9,15 +9,6 @@ pub const SLOT_COUNT: u16 = 16384;
 /// the bytes between the first `{` and the first `}` after it are hashed (the *hash tag*), so
 /// `lock:{invoice:42}` and `lock:{invoice:42}:fence` share a slot. This is what `CLUSTER KEYSLOT`
 /// answers, computed locally.
-///
-/// ```
-/// # #[cfg(feature = "testing")] {
-/// use lock_runtime::testing::key_slot;
-///
-/// assert_eq!(key_slot(b"123456789"), 0x31c3 % 16384);
-/// assert_eq!(key_slot(b"lock:{a}"), key_slot(b"lock:{a}:fence"));
-/// # }
-/// ```
 pub fn key_slot(key: &[u8]) -> u16 {
     crc16(hash_tag(key)) % SLOT_COUNT
 }
@@ -69,5 +60,21 @@ mod tests {
         assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
         assert_eq!(hash_tag(b"foo{bar"), b"foo{bar");
         assert_eq!(hash_tag(b"plain"), b"plain");
+    }
+
+    /// The engine's copy agrees with lock-testing's, which its tests check against the server's
+    /// `CLUSTER KEYSLOT`.
+    #[test]
+    fn key_slot_agrees_with_the_test_support() {
+        assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOT_COUNT);
+        assert_eq!(key_slot(b"lock:{a}"), key_slot(b"lock:{a}:fence"));
+        let keys = ["", "{}", "}{", "foo{{bar}}zap", "lock:{invoice:42}:fence"]
+            .map(|k| k.as_bytes().to_vec())
+            .into_iter()
+            .chain((0..500u32).map(|i| format!("key:{i}:{}", i * 7919).into_bytes()));
+        for key in keys {
+            assert_eq!(key_slot(&key), lock_testing::key_slot(&key), "{key:?}");
+        }
+        assert_eq!(SLOT_COUNT, lock_testing::SLOT_COUNT);
     }
 }

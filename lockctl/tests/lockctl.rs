@@ -7,8 +7,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockOptions, Locker};
+use lock_testing::RedisServer;
 
 const CHILD: &str = "LOCKCTL_TEST_CHILD";
 

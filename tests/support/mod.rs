@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lock_runtime::testing::RedisServer;
 use lock_runtime::{LockOptions, Locker};
+use lock_testing::RedisServer;
 use redis::aio::MultiplexedConnection;
 
 /// The fenced store and its history checker (fault tests).

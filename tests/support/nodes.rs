@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lock_runtime::Locker;
-use lock_runtime::testing::RedisServer;
+use lock_testing::RedisServer;
 
 use super::raw_connection;
 

@@ -185,7 +185,7 @@ fn ensure_python_redis() -> Result<(), String> {
     }
 }
 
-/// The server clock tests (`testing::ServerClock`) compile a small C shim with `cc`.
+/// The server clock tests (`lock_testing::ServerClock`) compile a small C shim with `cc`.
 fn ensure_c_compiler() -> Result<(), String> {
     let works = || {
         Command::new("cc")

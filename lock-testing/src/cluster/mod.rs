@@ -43,7 +43,7 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// Dropping it kills every node (`SIGKILL`, by pid) and removes their directories.
 ///
 /// ```no_run
-/// use lock_runtime::testing::RedisCluster;
+/// use lock_testing::RedisCluster;
 ///
 /// let cluster = RedisCluster::start();
 /// let seeds = cluster.urls(); // give these to a cluster client

@@ -1,11 +1,11 @@
-//! Test support: real Redis servers and real network faults (feature `testing`, Unix only).
+//! Test support for `lock-runtime`: real Redis servers and real network faults (Unix only).
 //!
-//! Enable it in your dev-dependencies to test your own locked functions the way this crate tests
+//! Add it to your dev-dependencies to test your own locked functions the way `lock-runtime` tests
 //! itself:
 //!
 //! ```toml
 //! [dev-dependencies]
-//! lock-runtime = { version = "0.1", features = ["testing"] }
+//! lock-testing = "0.1"
 //! ```
 //!
 //! - [`RedisServer`] runs a private `redis-server` process (from `REDIS_SERVER_BIN`, else from
@@ -26,7 +26,7 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use lock_runtime::testing::{FaultProxy, RedisServer};
+//! use lock_testing::{FaultProxy, RedisServer};
 //!
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() -> redis::RedisResult<()> {
@@ -46,7 +46,7 @@
 //! ```
 //!
 //! ```no_run
-//! use lock_runtime::testing::{RedisCluster, SentinelSet};
+//! use lock_testing::{RedisCluster, SentinelSet};
 //!
 //! #[tokio::main(flavor = "current_thread")]
 //! async fn main() {
@@ -63,6 +63,8 @@
 //!     # let _ = new_primary;
 //! }
 //! ```
+
+#![warn(missing_docs)]
 
 mod admin;
 mod clock;

@@ -6,7 +6,7 @@ use std::time::Instant;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use super::*;
-use crate::testing::admin::{cmd, connect, info_field, is_redis_process, query, run};
+use crate::admin::{cmd, connect, info_field, is_redis_process, query, run};
 
 /// `SET key value` on `port`, with a plain, cluster-unaware connection.
 fn set_on(port: u16, key: &str, value: &str) -> Result<(), RedisError> {

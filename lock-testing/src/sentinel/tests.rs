@@ -1,7 +1,7 @@
 use std::time::Instant;
 
 use super::*;
-use crate::testing::admin::{connect, info_field, is_redis_process, poll_async, query, run};
+use crate::admin::{connect, info_field, is_redis_process, poll_async, query, run};
 
 /// Bound on a replica catching up with a write (it normally takes milliseconds).
 const CATCH_UP: Duration = Duration::from_secs(5);

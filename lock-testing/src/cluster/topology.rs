@@ -4,8 +4,8 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 
-use crate::testing::admin::{self, info_field};
-use crate::testing::slot::SLOT_COUNT;
+use crate::admin::{self, info_field};
+use crate::slot::SLOT_COUNT;
 
 /// One node of a `CLUSTER NODES` reply: the fields that must agree across nodes (not the
 /// per-viewer ones: `myself`, ping times, link state, `fail?`).

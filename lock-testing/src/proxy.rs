@@ -50,7 +50,7 @@ struct Shared {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_runtime::testing::{FaultProxy, RedisServer};
+/// use lock_testing::{FaultProxy, RedisServer};
 ///
 /// # async fn demo() -> redis::RedisResult<()> {
 /// let server = RedisServer::start();
@@ -356,8 +356,8 @@ mod tests {
     use tokio::time::{Instant, timeout};
 
     use super::*;
-    use crate::testing::server::RedisServer;
-    use crate::testing::test_resp::{async_cmd, read_reply, resp};
+    use crate::server::RedisServer;
+    use crate::test_resp::{async_cmd, read_reply, resp};
 
     const BOUND: Duration = Duration::from_secs(3);
 

@@ -6,7 +6,7 @@
 //! (1.0.4) does not: it reads `REDISRS_SERVER_BIN` rather than our `REDIS_SERVER_BIN`; it does not
 //! wait for the server to answer `PING` (callers poll themselves); it cannot restart a server on the
 //! same port, which fault tests need so that clients reconnect to the address they know; it has no
-//! pause/resume; and it would pull `tempfile` and `rand` into every user of the `testing` feature.
+//! pause/resume; and it would pull `tempfile` and `rand` into every user of this crate.
 //! The spawner below is small, so it is written by hand.
 
 use std::ffi::{OsStr, OsString};
@@ -45,7 +45,7 @@ const LOG_FILE: &str = "redis.log";
 /// Unix only (signals).
 ///
 /// ```no_run
-/// use lock_runtime::testing::RedisServer;
+/// use lock_testing::RedisServer;
 ///
 /// let server = RedisServer::start();
 /// let client = redis::Client::open(server.url()).unwrap();
@@ -71,7 +71,7 @@ struct Config {
     dir: PathBuf,
     /// `--cluster-port`, chosen with the port: the default (port + 10000) may belong to someone else.
     bus_port: Option<u16>,
-    /// Environment of the process (e.g. the clock shim of [`crate::testing::ServerClock`]).
+    /// Environment of the process (e.g. the clock shim of [`crate::ServerClock`]).
     env: Vec<(OsString, OsString)>,
 }
 
@@ -143,12 +143,9 @@ impl RedisServer {
     }
 
     /// Like [`start_with`](Self::start_with), with the server's wall clock under `clock`'s
-    /// control (see [`ServerClock`](crate::testing::ServerClock)); restarts keep it.
+    /// control (see [`ServerClock`](crate::ServerClock)); restarts keep it.
     #[must_use = "dropping the RedisServer kills the server"]
-    pub fn start_with_clock(
-        clock: &crate::testing::ServerClock,
-        extra_args: &[&str],
-    ) -> RedisServer {
+    pub fn start_with_clock(clock: &crate::ServerClock, extra_args: &[&str]) -> RedisServer {
         Self::launch_node(NodeSpec {
             bin: server_bin(),
             dir: make_temp_dir(),
@@ -366,7 +363,7 @@ pub(crate) fn server_bin() -> OsString {
 
 fn not_found_message(bin: &OsStr) -> String {
     format!(
-        "redis-server not found (tried to run `{}`). The lock-runtime test support runs a real \
+        "redis-server not found (tried to run `{}`). The lock-testing crate runs a real \
          Redis server: install it with `apt-get install redis-server` (Debian/Ubuntu) or \
          `brew install redis` (macOS), or set {REDIS_SERVER_BIN_ENV} to the path of a \
          redis-server binary. `cargo xtask test` installs it for you.",
@@ -604,7 +601,7 @@ fn wait_stopped(_pid: u32, _stopped: bool) {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::test_resp::{resp, sync_cmd};
+    use crate::test_resp::{resp, sync_cmd};
 
     fn connect(server: &RedisServer) -> TcpStream {
         let stream = TcpStream::connect(server.addr()).expect("connect");

@@ -82,14 +82,14 @@ time_t time(time_t *t) {
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use lock_runtime::testing::{RedisServer, ServerClock};
+/// use lock_testing::{RedisServer, ServerClock};
 ///
 /// let clock = ServerClock::new();
 /// let server = RedisServer::start_with_clock(&clock, &[]);
 /// clock.step_back(Duration::from_secs(3600)); // the server now lives an hour in the past
 /// ```
 ///
-/// [`RedisServer::start_with_clock`]: crate::testing::RedisServer::start_with_clock
+/// [`RedisServer::start_with_clock`]: crate::RedisServer::start_with_clock
 pub struct ServerClock {
     dir: PathBuf,
     file: File,
@@ -103,7 +103,7 @@ impl ServerClock {
     /// If the shim cannot be compiled (no `cc`), with the compiler's output.
     #[must_use]
     pub fn new() -> ServerClock {
-        let dir = crate::testing::server::make_temp_dir();
+        let dir = crate::server::make_temp_dir();
         let path = dir.join("offset");
         let mut file = OpenOptions::new()
             .create(true)
@@ -182,7 +182,7 @@ impl std::fmt::Debug for ServerClock {
 fn shim() -> &'static Path {
     static SHIM: OnceLock<PathBuf> = OnceLock::new();
     SHIM.get_or_init(|| {
-        let dir = crate::testing::server::make_temp_dir();
+        let dir = crate::server::make_temp_dir();
         let source = dir.join("clockshim.c");
         let library = dir.join("clockshim.so");
         fs::write(&source, SHIM_SOURCE).expect("write the clock shim source");
@@ -210,11 +210,11 @@ fn shim() -> &'static Path {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::RedisServer;
+    use crate::RedisServer;
 
     fn query<T: redis::FromRedisValue>(server: &RedisServer, args: &[&str]) -> T {
-        let mut con = crate::testing::admin::connect(server.port()).unwrap();
-        crate::testing::admin::cmd(args).query(&mut con).unwrap()
+        let mut con = crate::admin::connect(server.port()).unwrap();
+        crate::admin::cmd(args).query(&mut con).unwrap()
     }
 
     fn server_secs(server: &RedisServer) -> i64 {

@@ -4,9 +4,9 @@ use std::sync::Mutex;
 
 use super::config::{data_node_args, sentinel_conf};
 use super::{SENTINELS, START_TIMEOUT, SentinelSet};
-use crate::testing::admin::{replica_online_at_primary, replica_synced};
-use crate::testing::proxy::FaultProxy;
-use crate::testing::server::{NodeSpec, RedisServer, make_temp_dir, server_bin};
+use crate::admin::{replica_online_at_primary, replica_synced};
+use crate::proxy::FaultProxy;
+use crate::server::{NodeSpec, RedisServer, make_temp_dir, server_bin};
 
 /// Options of a [`SentinelSet`]; [`start`](Self::start) launches it.
 #[derive(Clone, Debug)]

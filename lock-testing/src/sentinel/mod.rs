@@ -46,7 +46,7 @@ const LOG_LINES: usize = 25;
 /// first) and removes their directories.
 ///
 /// ```no_run
-/// use lock_runtime::testing::SentinelSet;
+/// use lock_testing::SentinelSet;
 ///
 /// # async fn demo() {
 /// let set = SentinelSet::start().await;

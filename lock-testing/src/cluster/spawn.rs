@@ -7,8 +7,8 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::testing::admin::log_tail;
-use crate::testing::server::{REDIS_SERVER_BIN_ENV, RedisServer, server_bin};
+use crate::admin::log_tail;
+use crate::server::{REDIS_SERVER_BIN_ENV, RedisServer, server_bin};
 
 /// Short, so that a failover in a test takes seconds (detection is about one node timeout).
 const NODE_TIMEOUT_MS: u32 = 1000;
@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn redis_cli_is_looked_up_beside_the_server() {
         assert_eq!(cli_beside(OsStr::new("redis-server")).unwrap(), "redis-cli");
-        let dir = crate::testing::server::make_temp_dir();
+        let dir = crate::server::make_temp_dir();
         let (server, cli) = (dir.join("redis-server"), dir.join("redis-cli"));
         let err = cli_beside(server.as_os_str()).unwrap_err();
         assert!(err.contains("needs redis-cli next to"), "{err}");

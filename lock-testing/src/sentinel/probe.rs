@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use super::{LOG_LINES, MonitoredNode, SentinelSet};
-use crate::testing::admin::{self, log_tail, poll_async};
-use crate::testing::server::RedisServer;
+use crate::admin::{self, log_tail, poll_async};
+use crate::server::RedisServer;
 
 impl SentinelSet {
     /// One sentinel reports `primary`, lists every `replicas` as healthy and synced, and passes

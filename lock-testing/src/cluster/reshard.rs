@@ -13,8 +13,8 @@ use redis::Connection;
 
 use super::topology::{Entry, View};
 use super::{RedisCluster, SETTLE_TIMEOUT};
-use crate::testing::admin::{self, cmd, run};
-use crate::testing::slot::SLOT_COUNT;
+use crate::admin::{self, cmd, run};
+use crate::slot::SLOT_COUNT;
 
 /// Keys moved per `MIGRATE` call.
 const BATCH: usize = 100;
@@ -27,7 +27,7 @@ impl RedisCluster {
     /// them and the cluster is settled. Slots it already serves are skipped.
     ///
     /// ```no_run
-    /// use lock_runtime::testing::{RedisCluster, key_slot};
+    /// use lock_testing::{RedisCluster, key_slot};
     ///
     /// let cluster = RedisCluster::start();
     /// let slot = key_slot(b"lock:{job}");
