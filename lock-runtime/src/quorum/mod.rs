@@ -6,6 +6,7 @@
 //! server never holds up a decision the others already made.
 
 mod majority;
+mod replies;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +24,7 @@ use crate::node::{
 use crate::pubsub::Subscription;
 use crate::{LockError, LostReason};
 use majority::{Majority, Tally, Verdict};
+use replies::AcquireReplies;
 
 /// Fence floor granularity on a Redlock node: the server's clock rounded down to the second, so
 /// that the nodes of a majority hand out the same fence and need no second round trip to agree.
@@ -321,7 +323,9 @@ impl Quorum {
         Box::pin(self.acquire_by_script(name, keys, ask, limit)).await
     }
 
-    /// The acquire script on every server at once (one server: awaited in place).
+    /// The acquire script on every server at once (one server: awaited in place), decided by
+    /// the majority: granted (with the counters behind raised), not our turn, busy, or failed
+    /// (what was taken is undone first).
     async fn acquire_by_script(
         &self,
         name: &str,
@@ -329,107 +333,13 @@ impl Quorum {
         ask: &Ask<'_>,
         limit: Duration,
     ) -> Result<Acquired, LockError> {
-        let quantum = self.fence_quantum();
         let (majority, n) = (self.majority, self.nodes.len());
-        let retention = self.fence_retention_ms;
-        // One server: its one reply decides, awaited in place (no request boxed, nothing cloned).
-        let (replies, fanout): (Vec<Option<RedisResult<AcquireReply>>>, Late) =
-            if let [node] = self.nodes.as_slice() {
-                let request = AcquireRequest {
-                    token: ask.token,
-                    ttl_ms: ask.ttl_ms,
-                    waiter: ask.waiter,
-                    evict: ask.evict,
-                    fence_quantum: quantum,
-                    fence_retention_ms: retention,
-                    limit,
-                    queue: true,
-                };
-                let reply = node.acquire(keys, &request).await;
-                (vec![Some(reply)], Fanout::none())
-            } else {
-                let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
-                    let node = Arc::clone(node);
-                    let keys = keys.clone();
-                    let (token, ttl_ms) = (ask.token.to_owned(), ask.ttl_ms);
-                    let waiter = ask.waiter.cloned();
-                    let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
-                    async move {
-                        let request = AcquireRequest {
-                            token: &token,
-                            ttl_ms,
-                            waiter: waiter.as_ref(),
-                            evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
-                            fence_quantum: quantum,
-                            fence_retention_ms: retention,
-                            limit,
-                            queue: false,
-                        };
-                        node.acquire(&keys, &request).await
-                    }
-                }));
-                fanout
-                    .until(|replies| {
-                        let granted = replies
-                            .iter()
-                            .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
-                            .count();
-                        let answered = replies.iter().filter(|r| r.is_some()).count();
-                        majority.settled(Tally {
-                            yes: granted,
-                            no: 0,
-                            failed: answered - granted,
-                        })
-                    })
-                    .await;
-                (fanout.take_replies(), fanout)
-            };
-        let mut granted: Vec<(usize, u64)> = Vec::new();
-        let mut busy_pttl: Option<Option<Duration>> = None;
-        let mut busy_nodes = Vec::new();
-        let mut not_our_turn = None;
-        let mut failures: Vec<(usize, Failure)> = Vec::new();
-        // Servers whose request failed in a way that may still have set the key (a timeout).
-        let mut unsure = Vec::new();
-        for (i, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Some(Ok(AcquireReply::Taken { fence })) => granted.push((i, fence)),
-                Some(Ok(AcquireReply::Busy { pttl })) => {
-                    busy_nodes.push(i);
-                    busy_pttl = Some(match busy_pttl {
-                        Some(Some(prev)) => Some(pttl.map_or(prev, |p| p.min(prev))),
-                        _ => pttl,
-                    });
-                }
-                Some(Ok(AcquireReply::NotOurTurn { head, state })) => {
-                    busy_nodes.push(i);
-                    not_our_turn = Some((head, state));
-                }
-                Some(Ok(AcquireReply::Foreign { detail })) => {
-                    failures.push((i, Failure::Foreign(detail)));
-                }
-                Some(Ok(AcquireReply::NotReplicated { acked })) => {
-                    // The node deleted the unacknowledged key already.
-                    let needed = self.nodes[i].replicas();
-                    failures.push((i, Failure::NotReplicated { acked, needed }));
-                }
-                Some(Err(e)) => {
-                    unsure.push(i);
-                    failures.push((i, Failure::Redis(e)));
-                }
-                None => {}
-            }
-        }
-        let granted_nodes: Vec<usize> = granted.iter().map(|&(i, _)| i).collect();
+        let (replies, fanout) = self.send_acquire(keys, ask, limit).await;
+        let mut r = AcquireReplies::of(replies, |i| self.nodes[i].replicas());
+        let granted = r.granted_servers();
         if majority.reached(granted.len()) {
-            // Only counters behind the maximum need raising; when the servers are in step (the
-            // usual case) that is none, and the acquire stays one round trip.
-            let fence = granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
-            let behind: Vec<usize> = granted
-                .iter()
-                .filter(|&&(_, f)| f < fence)
-                .map(|&(i, _)| i)
-                .collect();
+            let (fence, behind) = r.fence_and_behind();
+            let retention = self.fence_retention_ms;
             let raise_failures = self
                 .raise_fences(&behind, keys, fence, retention, limit)
                 .await;
@@ -437,29 +347,91 @@ impl Quorum {
                 return Ok(Acquired::Granted {
                     fence,
                     record_fence: false,
-                    nodes: granted_nodes,
+                    nodes: granted,
                     late: fanout,
                 });
             }
-            failures.extend(raise_failures.into_iter().map(|(i, e)| {
+            r.failures.extend(raise_failures.into_iter().map(|(i, e)| {
                 let why = format!("granted, but raising the fence counter failed: {e}");
                 (i, Failure::Other(why))
             }));
         }
-        self.abandon(keys, ask.token, &granted_nodes, unsure, fanout, limit)
+        self.abandon(keys, ask.token, &granted, r.unsure, fanout, limit)
             .await;
-        if let Some((head, state)) = not_our_turn {
+        if let Some((head, state)) = r.not_our_turn {
             return Ok(Acquired::NotOurTurn { head, state });
         }
-        if majority.reached(n - failures.len())
-            && let Some(pttl) = busy_pttl
+        if majority.reached(n - r.failures.len())
+            && let Some(pttl) = r.busy_pttl
         {
             return Ok(Acquired::Busy {
                 pttl,
-                nodes: busy_nodes,
+                nodes: r.busy,
             });
         }
-        Err(self.unavailable(name, granted.len(), failures))
+        Err(self.unavailable(name, granted.len(), r.failures))
+    }
+
+    /// Sends the acquire script to every server; returns the replies once the majority rule
+    /// settles the attempt (one server: its reply, awaited in place, nothing boxed or cloned),
+    /// and the requests still out.
+    async fn send_acquire(
+        &self,
+        keys: &Keys,
+        ask: &Ask<'_>,
+        limit: Duration,
+    ) -> (Vec<Option<RedisResult<AcquireReply>>>, Late) {
+        let (quantum, retention) = (self.fence_quantum(), self.fence_retention_ms);
+        if let [node] = self.nodes.as_slice() {
+            let request = AcquireRequest {
+                token: ask.token,
+                ttl_ms: ask.ttl_ms,
+                waiter: ask.waiter,
+                evict: ask.evict,
+                fence_quantum: quantum,
+                fence_retention_ms: retention,
+                limit,
+                queue: true,
+            };
+            let reply = node.acquire(keys, &request).await;
+            return (vec![Some(reply)], Fanout::none());
+        }
+        let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
+            let node = Arc::clone(node);
+            let keys = keys.clone();
+            let (token, ttl_ms) = (ask.token.to_owned(), ask.ttl_ms);
+            let waiter = ask.waiter.cloned();
+            let evict = ask.evict.map(|(h, s)| (h.to_owned(), s.to_owned()));
+            async move {
+                let request = AcquireRequest {
+                    token: &token,
+                    ttl_ms,
+                    waiter: waiter.as_ref(),
+                    evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
+                    fence_quantum: quantum,
+                    fence_retention_ms: retention,
+                    limit,
+                    queue: false,
+                };
+                node.acquire(&keys, &request).await
+            }
+        }));
+        let majority = self.majority;
+        fanout
+            .until(|replies| {
+                let granted = replies
+                    .iter()
+                    .filter(|r| matches!(r, Some(Ok(AcquireReply::Taken { .. }))))
+                    .count();
+                let answered = replies.iter().filter(|r| r.is_some()).count();
+                majority.settled(Tally {
+                    yes: granted,
+                    no: 0,
+                    failed: answered - granted,
+                })
+            })
+            .await;
+        (fanout.take_replies(), fanout)
     }
 
     /// Raises the fence counter of the `behind` servers to `fence`, so that the next majority,
