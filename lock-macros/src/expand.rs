@@ -77,55 +77,9 @@ fn generate(mut locked: LockedFn, config: &Config) -> syn::Result<TokenStream> {
     let ret = return_type(locked.output.as_ref());
     let key_format = &config.key_format;
     let key_args = &config.key_args;
-    let locker_expr = match &config.locker {
-        // `&(expr)`: a static, a field through `self` or a value all deref to `&Locker`; the
-        // runtime clones it, so a borrow of `self` ends before the body takes `self`.
-        Some(expr) => {
-            let expr = match &locked.self_alias {
-                // async-trait moved `self` into `__self` before the body: name it that way.
-                Some(alias) => rename_self(quote!(#expr), alias),
-                None => quote!(#expr),
-            };
-            let borrowed = around(expr.clone(), |first, last| {
-                let mut group = Group::new(Delimiter::Parenthesis, expr);
-                group.set_span(last);
-                quote_spanned!(first=> &#group)
-            });
-            quote_spanned!(def=> #private::locker_ref(#borrowed))
-        }
-        None => quote_spanned!(def=> #private::default_locker()),
-    };
+    let locker_expr = locker_expr(&locked, config, &private);
     let options_expr = options_chain(&private, config);
-
-    let body_slot = locked.body_mut().ok_or_else(internal)?;
-    let mut body = std::mem::replace(body_slot, syn::parse_quote!({}));
-    let lease_pat = match &config.guard {
-        Some(guard) => {
-            body.stmts
-                .insert(0, syn::parse_quote!(let #guard: &#private::Lease = #lease;));
-            quote!(#lease)
-        }
-        None => quote!(_),
-    };
-    // A never-taken `return` of the declared type fixes the async block's output type before
-    // its body is checked, so `return Ok(&string)` or a tail `Box::new(x)` coerce to it (as
-    // tracing-attributes does for async blocks).
-    if ret.to_string() != "_" {
-        let fix_return_type = syn::parse_quote_spanned! {def=>
-            #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
-            if false {
-                return ::core::convert::identity::<#ret>(loop {});
-            }
-        };
-        body.stmts.insert(0, fix_return_type);
-    }
-    // The body runs as an `async` block (not as the closure's own body): errors about it, like a
-    // `?` it cannot use, then speak of an async block, and point at the function's `async fn`.
-    let async_block = {
-        let async_token = quote_spanned!(locked.async_span=> async);
-        let move_token = quote_spanned!(locked.fn_span=> move);
-        quote!(#async_token #move_token #body)
-    };
+    let (lease_pat, async_block) = wrapped_body(&mut locked, config, &private, &lease, &ret)?;
 
     let args = quote_spanned!(def=>
         #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #async_block.await
@@ -151,6 +105,70 @@ fn generate(mut locked: LockedFn, config: &Config) -> syn::Result<TokenStream> {
     *locked.body_mut().ok_or_else(internal)? = new_body;
     let func = &locked.func;
     Ok(quote!(#func))
+}
+
+/// The expression that gives the call its `Locker`: `locker = expr` borrowed as `&(expr)`, or
+/// the process default locker.
+fn locker_expr(locked: &LockedFn, config: &Config, private: &TokenStream) -> TokenStream {
+    let def = Span::mixed_site();
+    match &config.locker {
+        // `&(expr)`: a static, a field through `self` or a value all deref to `&Locker`; the
+        // runtime clones it, so a borrow of `self` ends before the body takes `self`.
+        Some(expr) => {
+            let expr = match &locked.self_alias {
+                // async-trait moved `self` into `__self` before the body: name it that way.
+                Some(alias) => rename_self(quote!(#expr), alias),
+                None => quote!(#expr),
+            };
+            let borrowed = around(expr.clone(), |first, last| {
+                let mut group = Group::new(Delimiter::Parenthesis, expr);
+                group.set_span(last);
+                quote_spanned!(first=> &#group)
+            });
+            quote_spanned!(def=> #private::locker_ref(#borrowed))
+        }
+        None => quote_spanned!(def=> #private::default_locker()),
+    }
+}
+
+/// Takes the user's body out of `locked` and wraps it, unchanged, in an `async move` block:
+/// with the `guard` binding first, and its return type fixed. Returns the closure's lease
+/// pattern and the block.
+fn wrapped_body(
+    locked: &mut LockedFn,
+    config: &Config,
+    private: &TokenStream,
+    lease: &Ident,
+    ret: &TokenStream,
+) -> syn::Result<(TokenStream, TokenStream)> {
+    let def = Span::mixed_site();
+    let body_slot = locked.body_mut().ok_or_else(internal)?;
+    let mut body = std::mem::replace(body_slot, syn::parse_quote!({}));
+    let lease_pat = match &config.guard {
+        Some(guard) => {
+            body.stmts
+                .insert(0, syn::parse_quote!(let #guard: &#private::Lease = #lease;));
+            quote!(#lease)
+        }
+        None => quote!(_),
+    };
+    // A never-taken `return` of the declared type fixes the async block's output type before
+    // its body is checked, so `return Ok(&string)` or a tail `Box::new(x)` coerce to it (as
+    // tracing-attributes does for async blocks).
+    if ret.to_string() != "_" {
+        let fix_return_type = syn::parse_quote_spanned! {def=>
+            #[allow(unreachable_code, clippy::diverging_sub_expression, clippy::empty_loop)]
+            if false {
+                return ::core::convert::identity::<#ret>(loop {});
+            }
+        };
+        body.stmts.insert(0, fix_return_type);
+    }
+    // The body runs as an `async` block (not as the closure's own body): errors about it, like a
+    // `?` it cannot use, then speak of an async block, and point at the function's `async fn`.
+    let async_token = quote_spanned!(locked.async_span=> async);
+    let move_token = quote_spanned!(locked.fn_span=> move);
+    Ok((lease_pat, quote!(#async_token #move_token #body)))
 }
 
 /// `self` in user tokens, renamed to `alias` (keeping each token's span).

@@ -302,15 +302,14 @@ impl From<LockError> for std::io::Error {
 mod tests {
     use super::*;
 
-    /// The advice of each error, by kind, code and text: the words it must contain, or `None`
-    /// for an error that does not tell what to do.
-    #[test]
-    fn each_error_gets_advice_that_fits_it() {
+    const CREDENTIALS: &str = "check the user and password in the URL";
+    const UP: &str = "check that the server is up and reachable";
+
+    /// Errors as redis-rs reports them (kind, code, text) and the advice each should get
+    /// (a part of it), or none.
+    const ADVICE: &[(ErrorKind, Option<&str>, &str, Option<&str>)] = {
         use ServerErrorKind as S;
-        const CREDENTIALS: &str = "check the user and password in the URL";
-        const UP: &str = "check that the server is up and reachable";
-        let server = |kind| ErrorKind::Server(kind);
-        let table: &[(ErrorKind, Option<&str>, &str, Option<&str>)] = &[
+        &[
             (
                 ErrorKind::AuthenticationFailed,
                 None,
@@ -330,50 +329,50 @@ mod tests {
                 Some(CREDENTIALS),
             ),
             (
-                server(S::ResponseError),
+                ErrorKind::Server(S::ResponseError),
                 Some("ERR"),
                 "ResponseError: Protocol error: unauthenticated multibulk length",
                 Some(CREDENTIALS),
             ),
             (
-                server(S::ResponseError),
+                ErrorKind::Server(S::ResponseError),
                 Some("ERR"),
                 "Redis server refused to switch database - Server(ResponseError): DB index is \
-                 out of range",
+             out of range",
                 Some("check the /db at the end of the URL"),
             ),
             (
-                server(S::ResponseError),
+                ErrorKind::Server(S::ResponseError),
                 Some("ERR"),
                 "ResponseError: invalid DB index",
                 Some("`databases` setting"),
             ),
             (
-                server(S::ResponseError),
+                ErrorKind::Server(S::ResponseError),
                 Some("ERR"),
                 "ResponseError: SELECT is not allowed in cluster mode",
                 Some("only database 0"),
             ),
             (
-                server(S::NoPerm),
+                ErrorKind::Server(S::NoPerm),
                 Some("NOPERM"),
                 "NOPERM User app has no permissions to run the 'evalsha' command",
                 Some("ACL SETUSER"),
             ),
             (
-                server(S::ReadOnly),
+                ErrorKind::Server(S::ReadOnly),
                 Some("READONLY"),
                 "READONLY You can't write against a read only replica.",
                 Some("point the URL at the primary"),
             ),
             (
-                server(S::BusyLoading),
+                ErrorKind::Server(S::BusyLoading),
                 Some("LOADING"),
                 "LOADING Redis is loading the dataset in memory",
                 Some("still loading"),
             ),
             (
-                server(S::ClusterDown),
+                ErrorKind::Server(S::ClusterDown),
                 Some("CLUSTERDOWN"),
                 "CLUSTERDOWN The cluster is down",
                 Some("CLUSTER INFO"),
@@ -410,7 +409,7 @@ mod tests {
             ),
             // A server that answers with an error is up: no advice it does not fit.
             (
-                server(S::ResponseError),
+                ErrorKind::Server(S::ResponseError),
                 Some("ERR"),
                 "ERR Error running script",
                 None,
@@ -422,8 +421,14 @@ mod tests {
                 "Response was of incompatible type",
                 None,
             ),
-        ];
-        for (kind, code, text, expected) in table {
+        ]
+    };
+
+    /// The advice of each error, by kind, code and text: the words it must contain, or `None`
+    /// for an error that does not tell what to do.
+    #[test]
+    fn each_error_gets_advice_that_fits_it() {
+        for (kind, code, text, expected) in ADVICE {
             let got = advice(*kind, *code, text);
             match (got, expected) {
                 (Some(got), Some(expected)) => assert!(got.contains(expected), "{text}: {got}"),
