@@ -208,3 +208,30 @@ async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
         }
     }
 }
+
+/// The fence a release records (a lease taken by the uncontended path) only ever raises the
+/// counter: a higher number, or a value of another client, written while the lease was held,
+/// stays as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_only_ever_raises_the_fence_counter() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let mut raw = raw_connection(&server.url()).await;
+    let counter = format!("{}:fence", locker.key_of("job"));
+    let opts = LockOptions::new(ms(5_000));
+    let lease = locker.acquire("job", &opts).await.unwrap();
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    assert_eq!(raw_get(&mut raw, &counter).await, Some(fence.to_string()));
+    for meanwhile in [
+        (fence + 1_000_000_000).to_string(),
+        "not a counter".to_owned(),
+    ] {
+        // Taken on the uncontended path: its fence is recorded at release.
+        raw_set(&mut raw, &counter, "1").await;
+        let lease = locker.acquire("job", &opts).await.unwrap();
+        raw_set(&mut raw, &counter, &meanwhile).await;
+        lease.release().await.unwrap();
+        assert_eq!(raw_get(&mut raw, &counter).await, Some(meanwhile));
+    }
+}

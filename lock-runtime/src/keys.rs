@@ -11,9 +11,10 @@ use crate::LockError;
 /// name (which cannot contain a brace) can reach them. A plain key (`<prefix><name>`) can be any
 /// string under the prefix, so its derived names are `{<key>}` and a suffix: outside the prefix,
 /// where no plain lock key (of this library or of another client) can reach them.
+/// `K` is `String`, or `&str` for names borrowed from a lease (its release allocates nothing).
 #[derive(Debug, Clone)]
-pub(crate) struct Keys {
-    pub(crate) key: String,
+pub(crate) struct Keys<K = String> {
+    pub(crate) key: K,
     /// The derived names are `{<key>}<suffix>` (plain keys) rather than `<key><suffix>`.
     braced: bool,
 }
@@ -55,8 +56,8 @@ impl redis::ToRedisArgs for Derived<'_> {
     }
 }
 
-impl Keys {
-    pub(crate) fn new(key: String, format: KeyFormat) -> Self {
+impl<K: AsRef<str>> Keys<K> {
+    pub(crate) fn new(key: K, format: KeyFormat) -> Self {
         Self {
             key,
             braced: format == KeyFormat::Plain,
@@ -65,7 +66,7 @@ impl Keys {
 
     fn derived(&self, suffix: &'static str) -> Derived<'_> {
         Derived {
-            key: &self.key,
+            key: self.key.as_ref(),
             braced: self.braced,
             suffix,
         }
@@ -259,7 +260,7 @@ mod tests {
 
     #[test]
     fn every_key_shares_the_hash_tag() {
-        let keys = Keys::new("lock:{job}".into(), KeyFormat::HashTagged);
+        let keys = Keys::new("lock:{job}".to_owned(), KeyFormat::HashTagged);
         for k in [
             keys.fence(),
             keys.channel(),

@@ -410,7 +410,7 @@ impl Notifications {
 
     /// Wakes this process's waiters on the lock `key` at once (`wake` says which): it was just
     /// released through this server (its release message reaches the others).
-    pub(crate) fn released_here(&self, keys: &crate::keys::Keys, wake: Wake) {
+    pub(crate) fn released_here(&self, keys: &crate::keys::Keys<impl AsRef<str>>, wake: Wake) {
         let channels = self.channels.lock().expect("channels lock");
         if channels.is_empty() {
             return;

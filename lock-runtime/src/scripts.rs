@@ -111,7 +111,6 @@ macro_rules! take_fence {
 /// the second of a restart or save (`LASTSAVE`), where the exact clock is used.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        unusable_counter!(),
         r"
 local waiter = ARGV[5] or ''
 -- A value with the waiters' mark set (see `holder.rs`); nil for one without the mark's field.
@@ -141,7 +140,9 @@ local previous = ARGV[9] or ''
 local handed = cur and waiter ~= '' and
   (cur == '~' .. waiter or (previous ~= '' and (cur == previous or cur == marked(previous))))
 if handed or (not cur and not first) then
-  local last = redis.pcall('GET', KEYS[2])
+",
+        unusable_counter!(),
+        r"  local last = redis.pcall('GET', KEYS[2])
   local why = unusable(last)
   if why then return {-2, why} end
   local value = ARGV[1]
@@ -203,7 +204,6 @@ return {0, pttl}
 /// script's time.
 pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        unusable_counter!(),
         r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if type(redis.pcall('GET', KEYS[1])) == 'table' then
@@ -211,7 +211,9 @@ if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {0, redis.call('PTTL', KEYS[1])}
 end
-local last = redis.pcall('GET', KEYS[2])
+",
+        unusable_counter!(),
+        r"local last = redis.pcall('GET', KEYS[2])
 local why = unusable(last)
 if why then
   redis.call('DEL', KEYS[1])
@@ -291,7 +293,6 @@ return out
 ///   queued nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        unusable_counter!(),
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
@@ -308,11 +309,12 @@ end
 local retention, record = ARGV[2] or '",
         default_retention_ms!(),
         r"', ARGV[3] or '0'
-local counter = KEYS[3] or key .. ':fence'
 -- Only ever raised, and only on a counter (a value this script did not write stays as it is).
 if record ~= '0' then
+  local counter = KEYS[3] or key .. ':fence'
   local last = redis.pcall('GET', counter)
-  if not unusable(last) and (tonumber(last) or 0) < tonumber(record) then
+  last = type(last) ~= 'table' and tonumber(last or '0')
+  if last and last < tonumber(record) then
     if retention ~= '0' then
       redis.call('SET', counter, record, 'PX', retention)
     else
@@ -324,6 +326,10 @@ if short then
   redis.call('DEL', key)
   return 1
 end
+",
+        // Defined past the short path: the common release does not pay for it.
+        unusable_counter!(),
+        r"local counter = KEYS[3] or key .. ':fence'
 local queue = KEYS[2] or key .. ':waiters'
 -- The channels are named as the queue is: the queue's name without `:waiters`.
 local channel = string.sub(queue, 1, -9) .. ':released'

@@ -397,11 +397,11 @@ impl Node {
     /// the key was ours. See [`scripts::RELEASE`].
     pub(crate) async fn release(
         &self,
-        keys: &Keys,
+        keys: &Keys<impl AsRef<str>>,
         token: &str,
         how: &Release,
     ) -> RedisResult<bool> {
-        let key = &keys.key;
+        let key = keys.key.as_ref();
         let cluster = self.is_cluster();
         let publish = if cluster { "SPUBLISH" } else { "PUBLISH" };
         // Arguments in order, each left out when it and all after it have the script's default.

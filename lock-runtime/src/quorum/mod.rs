@@ -615,7 +615,7 @@ impl Quorum {
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let [node] = self.nodes.as_slice() {
-            let keys = self.keys(lease.key.clone());
+            let keys = Keys::new(lease.key.as_str(), self.key_format);
             let mut out = node.release(&keys, &lease.token, &how).await;
             if let Err(dropped) = &out
                 && dropped.is_connection_dropped()
