@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_runtime::{LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
-use support::{eventually, ms, raw_connection};
+use support::{Rng, eventually, ms, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
 
 const NAMES: [&str; 3] = ["c0", "c1", "c2"];
@@ -51,19 +51,8 @@ struct Drops {
     completed: AtomicU64,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
-
 async fn worker(id: u64, locker: Locker, live: Arc<Live>, drops: Arc<Drops>, until: Instant) {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((id + 1) * 7919));
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ ((id + 1) * 7919));
     let o = LockOptions::new(TTL);
     while Instant::now() < until {
         let name = NAMES[rng.below(NAMES.len() as u64) as usize];

@@ -1,7 +1,7 @@
 //! Redis Cluster: real 3+3 clusters started by the test support.
 //!
-//! Each test starts its own cluster; they run one at a time (a cluster is 6 processes, and the
-//! failover and resharding tests time real cluster events on 2 cores).
+//! Each test starts its own cluster; they run one at a time (`SERIAL`: a cluster is 6
+//! processes, and the failover and resharding tests time real cluster events on 2 cores).
 
 mod support;
 
@@ -10,14 +10,9 @@ use std::sync::Arc;
 
 use lock_runtime::{LockError, LockOptions, Locker};
 use lock_testing::{RedisCluster, RedisServer, key_slot};
-use support::Failure;
 use support::fenced::{FencedStore, Mode};
-use support::ms;
-use tokio::sync::Mutex;
+use support::{Failure, SERIAL, ms};
 use tokio::time::Instant;
-
-/// One cluster at a time.
-static SERIAL: Mutex<()> = Mutex::const_new(());
 
 async fn cluster_locker(cluster: &RedisCluster) -> Locker {
     Locker::builder()
@@ -91,15 +86,6 @@ async fn shard_channel_listened(port: u16, channel: &str) -> bool {
         .await
         .unwrap();
     channels.iter().any(|c| c.starts_with(channel))
-}
-
-async fn reset_stats(port: u16) {
-    let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
 }
 
 /// 8 tasks on each of 2 lockers take 200 names spread over every primary; every section reads
@@ -258,7 +244,8 @@ async fn cluster_renews_10000_leases_in_one_pipeline_per_primary() {
     let spread = owners(&cluster, &locker, &names);
     let primaries: Vec<u16> = cluster.primaries().iter().map(|p| p.port).collect();
     for &p in &primaries {
-        reset_stats(p).await;
+        support::reset_stats(&support::raw_connection(&format!("redis://127.0.0.1:{p}")).await)
+            .await;
     }
     let held_for = ttl * 3;
     let began = Instant::now();
@@ -514,7 +501,10 @@ async fn cluster_resharding_under_load_surfaces_no_error() {
     for n in &names[..4] {
         held.push(locker.acquire(n, &held_opts).await.unwrap());
     }
-    reset_stats(source.port).await;
+    support::reset_stats(
+        &support::raw_connection(&format!("redis://127.0.0.1:{}", source.port)).await,
+    )
+    .await;
     let c = Arc::clone(&cluster);
     let (range, to) = (moved.clone(), target.port);
     let began = Instant::now();

@@ -1,16 +1,15 @@
 //! A server that evicts keys can delete a held lock's key: the unsafe control shows two holders
 //! at once under memory pressure, and the check at connect names `maxmemory-policy` (a warning,
 //! or a `Config` error with `require_noeviction`). A server that refuses `CONFIG` still works.
+//!
+//! The tests of this file that log take `SERIAL`: a log capture sees every event only while no
+//! other test of the process reaches the same log lines at the same time.
 
 mod support;
 
 use lock_runtime::{LockError, LockOptions, Locker};
 use lock_testing::RedisServer;
-use support::{ms, raw_connection};
-
-/// Taken by the tests of this file that log: a log capture sees every event only while no
-/// other test of the process reaches the same log lines at the same time.
-static LOGGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use support::{SERIAL, ms, raw_connection};
 
 /// A server with little memory that evicts any key (`allkeys-random`, so that a lock key,
 /// recently used or not, goes as soon as the cache fills).
@@ -44,7 +43,7 @@ async fn fill_until_evicted(server: &RedisServer, key: &str) -> usize {
 /// caller takes the lock while the first still holds its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsafe_control_an_evicting_server_lets_two_holders_in() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let server = evicting_server("allkeys-random");
     let first = Locker::connect(&server.url()).await.unwrap();
     let second = Locker::connect(&server.url()).await.unwrap();
@@ -61,7 +60,7 @@ async fn unsafe_control_an_evicting_server_lets_two_holders_in() {
 // One thread: the log capture is per thread.
 #[tokio::test]
 async fn connect_names_an_evicting_policy() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     for policy in ["allkeys-lru", "volatile-ttl"] {
         let server = evicting_server(policy);
         let mut connected = None;
@@ -95,7 +94,7 @@ async fn connect_names_an_evicting_policy() {
 // One thread: the log capture is per thread.
 #[tokio::test]
 async fn a_server_that_does_not_evict_passes_in_silence() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let server = RedisServer::start();
     let mut connected = None;
     let logs = support::capture_logs(async {
@@ -120,7 +119,7 @@ async fn a_server_that_does_not_evict_passes_in_silence() {
 // One thread: the log capture is per thread.
 #[tokio::test]
 async fn a_server_that_refuses_config_still_works() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let server = RedisServer::start_with(&["--rename-command", "CONFIG", "\"\""]);
     let mut connected = None;
     let logs = support::capture_logs(async {

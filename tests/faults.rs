@@ -5,7 +5,7 @@
 //! redis-server of its own, out of the faults' reach (see `support/fenced.rs`). Each fault test
 //! also shows that the fault happened, so that it cannot pass by never exercising it.
 //!
-//! The tests of this file run one at a time (`serial()`): they measure lease timings on a small
+//! The tests of this file run one at a time (`SERIAL`): they measure lease timings on a small
 //! machine, and one test running four holder processes would skew the others.
 
 mod support;
@@ -18,14 +18,8 @@ use lock_runtime::{Lease, LockError, Locker, LostReason, drift};
 use lock_testing::{FaultProxy, RedisServer};
 use support::fenced::{FencedStore, Mode, Report};
 use support::holder::{Holder, field, num_field};
-use support::{Env, eventually, ms, opts};
+use support::{Env, SERIAL, eventually, ms, opts};
 use tokio::time::{Instant, timeout};
-
-/// One fault test at a time (see the module docs).
-async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    SERIAL.lock().await
-}
 
 /// A fenced store on a redis-server of its own.
 struct Store {
@@ -91,95 +85,11 @@ async fn acquire_through(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The checker itself, on histories written by hand.
-
-#[test]
-fn checker_reports_overlaps_lost_updates_and_stale_writes() {
-    use support::fenced::{Event, check};
-    let enter = |seq, client: &str, fence, basis| Event::Enter {
-        seq,
-        client: client.into(),
-        fence,
-        basis,
-    };
-    let write = |seq, client: &str, fence, basis, accepted| Event::Write {
-        seq,
-        client: client.into(),
-        fence,
-        basis,
-        accepted,
-    };
-    // Two clean sections, one after the other.
-    let clean = check(&[
-        enter(1, "a", 1, 0),
-        write(2, "a", 1, 0, true),
-        enter(3, "b", 2, 1),
-        write(4, "b", 2, 1, true),
-    ]);
-    assert_eq!(
-        (clean.overlaps.len(), clean.violations(), clean.final_value),
-        (0, 0, 2)
-    );
-    assert!(clean.fences_increasing);
-    // A stale holder (fence 1) writes after a newer one (fence 2) read and wrote: refused.
-    let fenced = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "b", 2, 0, true),
-        write(4, "a", 1, 0, false),
-    ]);
-    assert_eq!(
-        (
-            fenced.overlaps.len(),
-            fenced.unsafe_overlaps,
-            fenced.refused.len()
-        ),
-        (1, 0, 1)
-    );
-    assert_eq!(fenced.violations(), 0);
-    // The same history with the stale write accepted: an overlap, a lost update, a stale write.
-    let unfenced = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "b", 2, 0, true),
-        write(4, "a", 1, 0, true),
-    ]);
-    assert_eq!(unfenced.unsafe_overlaps, 1);
-    assert_eq!(unfenced.lost_updates, vec![4]);
-    assert_eq!(unfenced.stale_accepted, vec![4]);
-    // Two holders inside at once with increasing fences: the second write lost the first one's update.
-    let overlap = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "a", 1, 0, true),
-        write(4, "b", 2, 0, true),
-    ]);
-    assert_eq!(
-        (overlap.unsafe_overlaps, overlap.lost_updates.len()),
-        (1, 1)
-    );
-    // A body cancelled after its read is incomplete, not an overlap; out-of-order input is sorted.
-    let cancelled = check(&[
-        enter(3, "b", 2, 0),
-        write(4, "b", 2, 0, true),
-        enter(1, "a", 1, 0),
-    ]);
-    assert_eq!(
-        (
-            cancelled.incomplete,
-            cancelled.overlaps.len(),
-            cancelled.violations()
-        ),
-        (1, 0, 0)
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
 // Many processes through the attribute.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_through_the_attribute_never_overlap() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let lock = RedisServer::start();
     let store = Store::start("many-processes", Mode::Fenced).await;
     let (procs, tasks, sections) = (4u64, 4u64, 200u64);
@@ -227,7 +137,7 @@ async fn four_processes_through_the_attribute_never_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_is_taken_over_after_its_key_expires_within_ttl() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     const TTL: u64 = 500;
     let rounds = 3;
@@ -369,7 +279,7 @@ async fn paused_holder_rounds(mode: Mode, rounds: usize) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_stale_write_is_refused_by_the_fence() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let rounds = 3;
     let report = paused_holder_rounds(Mode::Fenced, rounds).await;
     assert_eq!(
@@ -396,7 +306,7 @@ async fn paused_holder_stale_write_is_refused_by_the_fence() {
 /// cancelled at its next await, or its write reaches the store and is refused. Never accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_holder_async_body_is_cancelled_or_refused() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     let store = Store::start("paused-async", Mode::Fenced).await;
     const TTL: u64 = 300;
@@ -480,7 +390,7 @@ async fn paused_holder_async_body_is_cancelled_or_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsafe_control_without_fencing_the_stale_write_is_accepted() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let rounds = 2;
     let report = paused_holder_rounds(Mode::Unfenced, rounds).await;
     // The checker sees the failure that fencing guards against.
@@ -688,13 +598,13 @@ async fn silenced_holder(fault: Silence) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackholed_connection_cancels_the_body_before_the_key_expires_and_heals() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     silenced_holder(Silence::Blackhole).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     silenced_holder(Silence::Freeze).await;
 }
 
@@ -705,7 +615,7 @@ async fn frozen_redis_cancels_the_body_before_the_key_expires_and_heals() {
 /// to expire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_timeout() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
     let response = Duration::from_millis(300);
@@ -759,7 +669,7 @@ async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_tim
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_reply_delayed_past_ttl_is_not_held() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
     let a = Locker::connect(&proxy.url()).await.unwrap();
@@ -864,7 +774,7 @@ async fn acquire_reply_delayed_past_ttl_is_not_held() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_during_release_never_deletes_another_holders_key() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     let proxy = FaultProxy::start(env.server.addr()).await;
     let a = Locker::connect(&proxy.url()).await.unwrap();
@@ -950,7 +860,7 @@ async fn reset_during_release_never_deletes_another_holders_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_redis_the_holder_learns_at_its_next_renewal() {
-    let _serial = serial().await;
+    let _serial = SERIAL.lock().await;
     let env = Env::start().await;
     let o = opts(1_000).with_renew(ms(100));
     let rounds = 3;

@@ -1,24 +1,23 @@
 //! A locked call says when its lock did not protect it: a key found gone at release is `Lost`,
 //! a body that blocked past `max_exec` is `MaxExecExceeded`; and limits are errors or "as long
 //! as it takes", never panics.
+//!
+//! The tests of this file that log take `SERIAL`: a log capture sees every event only while no
+//! other test of the process reaches the same log lines at the same time.
 
 mod support;
 
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockOptions, LostReason};
-use support::{Env, ms};
-
-/// Taken by the tests of this file that log: a log capture sees every event only while no
-/// other test of the process reaches the same log lines at the same time.
-static LOGGING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use support::{Env, SERIAL, ms};
 
 /// ttl 30 s, the key deleted 0.2 s into the body (before any renewal): the call returns
 /// `Lost`, and no log line claims the key expires by its ttl or that the body was cancelled.
 // One thread: the log capture is per thread.
 #[tokio::test]
 async fn a_key_deleted_under_the_body_is_reported_lost_at_release() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let env = Env::start().await;
     let key = env.key("job");
     let mut out = None;
@@ -67,7 +66,7 @@ async fn a_key_deleted_under_the_body_is_reported_lost_at_release() {
 /// left alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_taken_over_under_the_body_is_lost_and_the_new_holder_keeps_it() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let env = Env::start().await;
     let key = env.key("job");
     let other = env.second_locker().await;
@@ -98,7 +97,7 @@ async fn a_key_taken_over_under_the_body_is_lost_and_the_new_holder_keeps_it() {
 /// A manual release of a lease whose key is gone says so too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manual_release_of_a_gone_key_is_lost() {
-    let _alone = LOGGING.lock().await;
+    let _alone = SERIAL.lock().await;
     let env = Env::start().await;
     let lease = env
         .locker

@@ -1,6 +1,8 @@
 //! Sentinel: a primary, replicas and 3 Sentinels started by the test support. The replicas
 //! replicate through a fault proxy, so a test can hold replication back and show what a failover
 //! loses, and what `replicas(n)` keeps from being lost.
+//!
+//! One Sentinel set at a time (`SERIAL`): failovers are timed by real Sentinels on 2 cores.
 
 mod support;
 
@@ -8,13 +10,9 @@ use std::sync::Arc;
 
 use lock_runtime::{LockError, LockOptions, Locker};
 use lock_testing::{RedisServer, SentinelSet};
-use support::Failure;
 use support::fenced::{FencedStore, Mode};
-use support::ms;
-use tokio::sync::{Mutex, Notify};
-
-/// One Sentinel set at a time (failovers are timed by real Sentinels on 2 cores).
-static SERIAL: Mutex<()> = Mutex::const_new(());
+use support::{Failure, SERIAL, ms};
+use tokio::sync::Notify;
 
 async fn sentinel_locker(set: &SentinelSet, replicas: usize) -> Locker {
     Locker::builder()

@@ -20,36 +20,8 @@ use std::time::Duration;
 use lock_runtime::{Lease, LockError, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
 use support::fenced::{FencedStore, Mode};
-use support::{eventually, ms};
+use support::{Rng, eventually, ms};
 use tokio::time::{Instant, timeout};
-
-/// xorshift64*: small, seedable, good enough to pick faults and operations.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn ms(&mut self, lo: u64, hi: u64) -> Duration {
-        ms(lo + self.below(hi - lo + 1))
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// Outcomes of the operations, by kind.
 #[derive(Default)]

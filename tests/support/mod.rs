@@ -1,4 +1,6 @@
-//! Shared helpers of the integration tests: a private server, a raw connection, bounded waits.
+//! Shared helpers of the integration tests: a private server, a raw connection, bounded waits,
+//! the waiter queue of a lock, a seedable random source, and a guard for tests that must not
+//! overlap.
 #![allow(dead_code)]
 
 use std::future::Future;
@@ -232,6 +234,112 @@ pub async fn listen(
         }
     });
     (conn, out)
+}
+
+/// Puts waiter `id` first in the queue of the lock `key`, as a waiter whose queue state has no
+/// ttl and that then stopped coming back: a last attempt's nonce and a grace of 300 ms.
+pub async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
+    queue_waiter(env, key, id, "nonce 300").await;
+}
+
+/// Puts waiter `id` first in the queue of the lock `key`, with `state` as its attempt would
+/// write it (`<nonce> <ttl ms> <grace ms>`, or `<nonce> <grace ms>` for a state without a ttl).
+pub async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
+    let mut raw = env.raw.clone();
+    let _: () = redis::pipe()
+        .cmd("ZADD")
+        .arg(format!("{key}:waiters"))
+        .arg(1)
+        .arg(id)
+        .ignore()
+        .cmd("HSET")
+        .arg(format!("{key}:waiters:state"))
+        .arg(id)
+        .arg(state)
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
+/// Sets the lock `key` to `value` for `ttl`, as a holder (or another client) would.
+pub async fn set_for(env: &Env, key: &str, value: &str, ttl: Duration) {
+    let mut raw = env.raw.clone();
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+}
+
+/// Waits (bounded) until the queue of the lock `name` holds `n` waiters.
+pub async fn queued(env: &Env, name: &str, n: i64) {
+    eventually(
+        ms(2_000),
+        &format!("{n} waiters queued on {name}"),
+        || async { queue_len(env, name).await == n },
+    )
+    .await;
+}
+
+/// A waiter that takes the lock `name`, releases it at once and returns its fence.
+pub fn take_and_release(
+    locker: Locker,
+    name: &'static str,
+    o: LockOptions,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let lease = locker.acquire(name, &o).await.unwrap();
+        let fence = lease.fence();
+        lease.release().await.unwrap();
+        fence
+    })
+}
+
+/// How many waiters the queue of the lock `name` holds.
+pub async fn queue_len(env: &Env, name: &str) -> i64 {
+    let mut raw = env.raw.clone();
+    redis::cmd("ZCARD")
+        .arg(format!("{}:waiters", env.key(name)))
+        .query_async(&mut raw)
+        .await
+        .unwrap()
+}
+
+/// Taken by the tests of one file that must not overlap: each test file is a process of its
+/// own, so this orders the tests of that file only (they time real events, or capture logs).
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// xorshift64*: small, seedable, good enough to pick faults and operations.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A duration from `lo` to `hi` ms, both included.
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        ms(lo + self.below(hi - lo + 1))
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
 }
 
 pub fn opts(ttl_ms: u64) -> LockOptions {

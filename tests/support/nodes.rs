@@ -64,7 +64,7 @@ impl Nodes {
     }
 
     pub async fn reset_stats(&self, i: usize) {
-        let _: () = self.query(i, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+        super::reset_stats(&raw_connection(&self.servers[i].url()).await).await;
     }
 
     pub async fn get(&self, i: usize, key: &str) -> Option<String> {

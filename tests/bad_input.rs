@@ -1,0 +1,95 @@
+//! Bad input: a lock key of another type is an error and left untouched, invalid options are
+//! config errors naming the rule, and lock errors convert into I/O errors.
+
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockOptions};
+use support::{Env, ms, opts};
+
+#[tokio::test]
+async fn a_key_of_another_type_is_an_error_and_left_untouched() {
+    let env = Env::start().await;
+    let key = env.key("wrongtype");
+    let mut raw = env.raw.clone();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg(&key)
+        .arg("a")
+        .arg("b")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = env
+        .locker
+        .acquire("wrongtype", &opts(1_000).with_wait(ms(200)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("wrongtype") && text.contains("list"),
+        "{text}"
+    );
+    let len: i64 = redis::cmd("LLEN")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(len, 2, "the list was touched");
+    // A fence counter of another type: the lock key is not left behind either.
+    let fence_key = format!("{}:fence", env.key("badfence"));
+    let _: () = redis::cmd("SET")
+        .arg(&fence_key)
+        .arg("not a number")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let err = env
+        .locker
+        .acquire("badfence", &opts(1_000))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert!(!env.exists(&env.key("badfence")).await);
+    assert_eq!(env.get(&fence_key).await.as_deref(), Some("not a number"));
+}
+
+#[tokio::test]
+async fn invalid_options_are_config_errors_naming_the_rule() {
+    let env = Env::start().await;
+    let cases: [(LockOptions, &str); 5] = [
+        (opts(0), "ttl"),
+        (
+            LockOptions::new(Duration::from_micros(1500)),
+            "whole number of milliseconds",
+        ),
+        (opts(1_000).with_max_exec(ms(995)), "max_exec"),
+        (opts(1_000).with_renew(ms(600)), "renew"),
+        (opts(1_000).with_min_hold(ms(2_000)), "min_hold"),
+    ];
+    for (o, rule) in cases {
+        let err = env.locker.acquire("opts", &o).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+        assert!(
+            err.to_string().contains(rule) && err.to_string().contains("opts"),
+            "{err}"
+        );
+        assert!(o.validate().is_err());
+    }
+    assert!(!env.exists(&env.key("opts")).await);
+}
+
+#[tokio::test]
+async fn lock_errors_convert_into_io_errors() {
+    fn io_path(e: LockError) -> std::io::Result<()> {
+        Err(e)?
+    }
+    let err = io_path(LockError::Busy {
+        name: "n".into(),
+        waited: ms(1),
+    })
+    .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+    assert!(err.to_string().contains("`n`"));
+}

@@ -1,0 +1,384 @@
+//! Waiting for a lock: waiters queue in arrival order and are woken by the release (not by
+//! polling), a wait runs out with Busy, a locker subscribes once however often it waits and
+//! leaves nothing behind, and the queue cleans up after waiters that left or vanished.
+
+mod support;
+
+use std::sync::Arc;
+
+use lock_runtime::LockError;
+use support::monitor::Monitor;
+use support::{
+    Env, eventually, ms, opts, queue_len, queue_stalled_waiter, queue_waiter, queued, set_for,
+    take_and_release,
+};
+use tokio::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_is_woken_by_the_release_not_by_polling() {
+    let env = Env::start().await;
+    // A long ttl: a waiter relying on the PTTL would wait 10 s.
+    let holder = env.locker.acquire("handoff", &opts(10_000)).await.unwrap();
+    let waiter = {
+        let locker = env.second_locker().await;
+        tokio::spawn(async move {
+            let lease = locker
+                .acquire("handoff", &opts(10_000).with_wait(ms(5_000)))
+                .await
+                .unwrap();
+            let at = Instant::now();
+            lease.release().await.unwrap();
+            at
+        })
+    };
+    // Let the waiter subscribe and park.
+    let channel = format!("{}:released", env.key("handoff"));
+    eventually(ms(2_000), "the waiter subscribed", || async {
+        env.subscribers(&channel).await > 0
+    })
+    .await;
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let acquired = waiter.await.unwrap();
+    let latency = acquired - released;
+    println!("hand-off latency: {latency:?}");
+    assert!(
+        latency <= ms(50),
+        "waiter woke {latency:?} after the release"
+    );
+}
+
+#[tokio::test]
+async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
+    let env = Env::start().await;
+    let _holder = env.locker.acquire("busy", &opts(10_000)).await.unwrap();
+    let start = Instant::now();
+    let err = env
+        .locker
+        .acquire("busy", &opts(10_000).with_wait(ms(300)))
+        .await
+        .unwrap_err();
+    let took = start.elapsed();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert!(took >= ms(300) && took <= ms(320), "Busy after {took:?}");
+    assert!(err.to_string().contains("busy"), "{err}");
+    env.reset_stats().await;
+    let err = env.locker.acquire("busy", &opts(10_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }));
+    assert_eq!(env.calls("set").await, 1, "wait = 0 tries exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_get_the_lock_in_arrival_order() {
+    let env = Env::start().await;
+    let holder = env.locker.acquire("fifo", &opts(10_000)).await.unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..5 {
+        let (locker, order) = (env.second_locker().await, order.clone());
+        waiters.push(tokio::spawn(async move {
+            let lease = locker
+                .acquire("fifo", &opts(10_000).with_wait(ms(10_000)))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            lease.release().await.unwrap();
+        }));
+        // The next waiter arrives only once this one has its place.
+        queued(&env, "fifo", i + 1).await;
+    }
+    holder.release().await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        [0, 1, 2, 3, 4],
+        "not served in arrival order"
+    );
+    assert_eq!(queue_len(&env, "fifo").await, 0);
+}
+
+/// A locker whose callers wait on the same lock again and again subscribes once: its two
+/// channels (the lock's, and its grant channel) stay subscribed for a second after the last
+/// waiter left, instead of a SUBSCRIBE and an UNSUBSCRIBE of each per wait, and are unsubscribed
+/// after that. While they are, a caller of that locker queues with its first attempt, without
+/// a plain `SET` first: the lock was contended a moment ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_that_waits_again_and_again_subscribes_once() {
+    let env = Env::start().await;
+    let name = "linger";
+    let key = env.key(name);
+    let waiting = env.second_locker().await;
+    let lock_channel = format!("{key}:released");
+    let mut grant_channel = String::new();
+    env.reset_stats().await;
+    let monitor = Monitor::start(env.server.addr());
+    for _ in 0..5 {
+        let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
+        queued(&env, name, 1).await;
+        grant_channel = support::first_waiter(&env.raw, &key).await.1;
+        eventually(ms(2_000), "the waiter listens on both channels", || async {
+            env.subscribers(&lock_channel).await == 1 && env.subscribers(&grant_channel).await == 1
+        })
+        .await;
+        holder.release().await.unwrap();
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("handed over")
+            .unwrap();
+    }
+    let subscribes = env.calls("subscribe").await;
+    assert_eq!(
+        subscribes, 2,
+        "5 waits sent {subscribes} SUBSCRIBEs: one per channel, not one per wait"
+    );
+    // Each holder's plain `SET`, and the waiter's before its first wait only.
+    let plain_sets = monitor
+        .commands()
+        .iter()
+        .filter(|c| !c.in_script && c.args[0] == "SET" && c.args.get(1) == Some(&key))
+        .count();
+    assert_eq!(
+        plain_sets, 6,
+        "5 holders and 5 waits sent {plain_sets} plain SETs: the waits after the first queue at once"
+    );
+    // Nobody waits any more: both are undone once they have been idle for a second.
+    eventually(ms(3_000), "both channels unsubscribed", || async {
+        env.subscribers(&lock_channel).await == 0 && env.subscribers(&grant_channel).await == 0
+    })
+    .await;
+    assert_eq!(env.calls("unsubscribe").await, 2);
+}
+
+/// Many distinct names: a locker that waits on 2,000 locks at once subscribes once to each
+/// lock's channel and each grant channel, and a second after the last waiter left every one is
+/// undone and every task the waits started (a linger task per channel) has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behind() {
+    const NAMES: usize = 2_000;
+    let env = Env::start().await;
+    let waiting = env.second_locker().await;
+    // One wait first, so that the baseline counts the subscribing connection's own tasks.
+    let warm_up = env
+        .locker
+        .acquire("many:warm-up", &opts(10_000))
+        .await
+        .unwrap();
+    let waiter = take_and_release(
+        waiting.clone(),
+        "many:warm-up",
+        opts(10_000).with_wait(ms(5_000)),
+    );
+    queued(&env, "many:warm-up", 1).await;
+    warm_up.release().await.unwrap();
+    waiter.await.unwrap();
+    eventually(ms(3_000), "the warm-up's channels undone", || async {
+        env.pubsub_channels().await.is_empty()
+    })
+    .await;
+    let names: Vec<String> = (0..NAMES).map(|i| format!("many:{i}")).collect();
+    let mut held = Vec::with_capacity(NAMES);
+    for name in &names {
+        held.push(env.locker.acquire(name, &opts(30_000)).await.unwrap());
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let base_tasks = metrics.num_alive_tasks();
+    env.reset_stats().await;
+    let waiters: Vec<_> = names
+        .iter()
+        .map(|name| {
+            let (locker, name) = (waiting.clone(), name.clone());
+            tokio::spawn(async move {
+                let o = opts(30_000).with_wait(ms(20_000));
+                locker
+                    .acquire(&name, &o)
+                    .await
+                    .unwrap()
+                    .release()
+                    .await
+                    .unwrap();
+            })
+        })
+        .collect();
+    // The fault: every waiter listens at once, on its lock's channel and on a grant channel.
+    eventually(ms(10_000), "every waiter subscribed", || async {
+        env.pubsub_channels().await.len() == 2 * NAMES
+    })
+    .await;
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+    for waiter in waiters {
+        tokio::time::timeout(ms(10_000), waiter)
+            .await
+            .expect("granted")
+            .unwrap();
+    }
+    assert_eq!(
+        env.calls("subscribe").await,
+        2 * NAMES as u64,
+        "one SUBSCRIBE per channel"
+    );
+    eventually(ms(5_000), "every channel undone", || async {
+        env.pubsub_channels().await.is_empty()
+    })
+    .await;
+    assert_eq!(
+        env.calls("unsubscribe").await,
+        2 * NAMES as u64,
+        "one UNSUBSCRIBE per channel"
+    );
+    eventually(
+        ms(5_000),
+        "the runtime's task count back to its baseline",
+        || async { metrics.num_alive_tasks() <= base_tasks },
+    )
+    .await;
+}
+
+/// The waiter queue's two keys expire by themselves once every waiter is gone (a backstop for
+/// waiters that vanished): the attempt that queues gives both an expiry of up to 4 of its
+/// graces, and never shortens a longer one (a waiter with a longer grace set it).
+#[tokio::test]
+async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry() {
+    let env = Env::start().await;
+    let waiting = env.second_locker().await;
+    for (name, longer) in [("expiry-new", false), ("expiry-longer", true)] {
+        let key = env.key(name);
+        let (queue, states) = (format!("{key}:waiters"), format!("{key}:waiters:state"));
+        let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+        if longer {
+            // Another waiter, first in line, with a grace of 30 s: its queue lives 2 minutes.
+            queue_waiter(&env, &key, "patient", "nonce 10000 30000").await;
+            for k in [&queue, &states] {
+                let mut raw = env.raw.clone();
+                let _: () = redis::cmd("PEXPIRE")
+                    .arg(k)
+                    .arg(120_000)
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+            }
+        }
+        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
+        queued(&env, name, if longer { 2 } else { 1 }).await;
+        let grace: i64 = {
+            let mut raw = env.raw.clone();
+            let ids: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&queue)
+                .arg(-1)
+                .arg(-1)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let state: String = redis::cmd("HGET")
+                .arg(&states)
+                .arg(&ids[0])
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            state.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        for k in [&queue, &states] {
+            let pttl = env.pttl(k).await;
+            if longer {
+                assert!(pttl > 100_000, "{k}: shortened to {pttl} ms");
+            } else {
+                assert!(
+                    pttl > 0 && pttl <= 4 * grace,
+                    "{k}: {pttl} ms, grace {grace} ms"
+                );
+            }
+        }
+        if longer {
+            // The patient waiter is first: the release hands it the lock; let it go.
+            let mut raw = env.raw.clone();
+            let _: () = redis::pipe()
+                .cmd("ZREM")
+                .arg(&queue)
+                .arg("patient")
+                .ignore()
+                .cmd("HDEL")
+                .arg(&states)
+                .arg("patient")
+                .ignore()
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        holder.release().await.unwrap();
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .expect("handed over")
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
+    let env = Env::start().await;
+    let key = env.key("phantom");
+    // A waiter that queued and then vanished (crashed without leaving the queue): first in
+    // line, with a last attempt's nonce and a grace of 300 ms that it will never renew.
+    queue_stalled_waiter(&env, &key, "ghost").await;
+    // A holder (its value with the waiters' mark field) for 100 ms, so that the waiter below
+    // queues behind the ghost instead of taking a free key with its first, plain-command attempt.
+    set_for(&env, &key, "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0", ms(100)).await;
+    // The waiter gets the lock once the ghost's place ran out (300 ms after the waiter first
+    // saw it), well before the queue's keys would expire by themselves (4 graces, 1.2 s).
+    let start = Instant::now();
+    let lease = env
+        .locker
+        .acquire("phantom", &opts(1_000).with_wait(ms(3_000)))
+        .await
+        .unwrap();
+    assert!(start.elapsed() < ms(1_000), "waited {:?}", start.elapsed());
+    assert!(
+        start.elapsed() >= ms(300),
+        "taken after {:?}, before the ghost's grace ran out",
+        start.elapsed()
+    );
+    lease.release().await.unwrap();
+    assert_eq!(queue_len(&env, "phantom").await, 0);
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
+    let env = Env::start().await;
+    let holder = env
+        .locker
+        .acquire("leave", &opts(10_000).without_fence())
+        .await
+        .unwrap();
+    let locker = env.locker.clone();
+    let task = tokio::spawn(async move {
+        locker
+            .acquire("leave", &opts(1_000).with_wait(ms(10_000)))
+            .await
+    });
+    queued(&env, "leave", 1).await;
+    task.abort();
+    eventually(ms(150), "the cancelled waiter left the queue", || async {
+        queue_len(&env, "leave").await == 0
+    })
+    .await;
+    let err = env
+        .locker
+        .acquire("leave", &opts(1_000).with_wait(ms(100)))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }));
+    assert_eq!(
+        queue_len(&env, "leave").await,
+        0,
+        "a timed-out waiter left the queue"
+    );
+    // They marked the holder's value before they left: its release, with nobody queued any
+    // more, still frees the key.
+    let key = env.key("leave");
+    assert!(env.get(&key).await.unwrap().ends_with(";w=1"));
+    holder.release().await.unwrap();
+    assert!(!env.exists(&key).await);
+}
