@@ -57,7 +57,7 @@ impl Shape {
     }
 }
 
-/// The run's window: workers start together, 20 ms from now, and stop asking at its end.
+/// The run's window: workers start together, 20 ms from now, and make no new request after its end.
 fn window(length: Duration) -> (Instant, Instant) {
     let start = Instant::now() + Duration::from_millis(20);
     (start, start + length)
@@ -112,7 +112,7 @@ pub(crate) async fn run<C: Contender>(
     for h in handles {
         outs.push(h.await.expect("worker"));
     }
-    Handoff::from(outs, end - start, section.overlaps(), probe.stop())
+    Handoff::from(outs, end - start, section.overlaps(), probe.finish())
 }
 
 /// A worker of the engine: its `Locker` (its own, or one shared by all).

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 const NAP: Duration = Duration::from_millis(5);
 
 pub(crate) struct StallProbe {
-    stop: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
     thread: JoinHandle<Duration>,
 }
 
 impl StallProbe {
     pub(crate) fn start() -> StallProbe {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&done);
         let thread = std::thread::spawn(move || {
             let mut longest = Duration::ZERO;
             while !flag.load(Ordering::Relaxed) {
@@ -30,13 +30,13 @@ impl StallProbe {
             }
             longest
         });
-        StallProbe { stop, thread }
+        StallProbe { done, thread }
     }
 
-    /// Stops the thread (within one nap, which blocks the caller's worker that long); its
+    /// Ends the thread (within one nap, which blocks the caller's worker that long); its
     /// longest overrun of a nap.
-    pub(crate) fn stop(self) -> Duration {
-        self.stop.store(true, Ordering::Relaxed);
+    pub(crate) fn finish(self) -> Duration {
+        self.done.store(true, Ordering::Relaxed);
         self.thread.join().expect("stall probe")
     }
 }

@@ -36,7 +36,7 @@ where
         });
         // The first poll needs neither the deadline timer nor the loss watch (the bounds are
         // checked just before it): a body that finishes without waiting costs neither.
-        match stopped(now, deadline, lease.state.status.get()) {
+        match must_end(now, deadline, lease.state.status.get()) {
             Some(out) => out,
             None => match std::future::poll_fn(|cx| Poll::Ready(body.as_mut().poll(cx))).await {
                 Poll::Ready(done) => finished(done, &lease, deadline),
@@ -97,7 +97,7 @@ where
         // The clock first: a body resumed after a pause must not take one more step past its
         // bounds. Checked here, on every turn, the bounds need no timer to be polled before the
         // body.
-        if let Some(out) = stopped(Instant::now(), deadline, current) {
+        if let Some(out) = must_end(Instant::now(), deadline, current) {
             return out;
         }
         tokio::select! {
@@ -110,7 +110,7 @@ where
 }
 
 /// What a body that finished means: a body that finished after its lease was lost or ran out,
-/// or past `max_exec` (it blocked its thread, so nothing could stop it in time), is reported as
+/// or past `max_exec` (it blocked its thread, so nothing could cancel it in time), is reported as
 /// such rather than with its value.
 fn finished<T>(
     done: Result<T, Box<dyn Any + Send>>,
@@ -120,14 +120,14 @@ fn finished<T>(
     match done {
         Err(panic) => Outcome::Panicked(panic),
         Ok(v) => {
-            stopped(Instant::now(), deadline, lease.state.status.get()).unwrap_or(Outcome::Done(v))
+            must_end(Instant::now(), deadline, lease.state.status.get()).unwrap_or(Outcome::Done(v))
         }
     }
 }
 
-/// Why the body must stop now, if it must: the lease was lost, or a bound has passed.
+/// Why the body must end now, if it must: the lease was lost, or a bound has passed.
 /// `now` is read by the caller, right before the poll it guards.
-fn stopped<T>(now: Instant, deadline: Instant, status: Status) -> Option<Outcome<T>> {
+fn must_end<T>(now: Instant, deadline: Instant, status: Status) -> Option<Outcome<T>> {
     match status.lost {
         Some(reason) => Some(Outcome::Lost(reason)),
         None => past_bounds(now, deadline, status.valid_until),
