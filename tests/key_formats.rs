@@ -226,6 +226,8 @@ async fn a_release_only_ever_raises_the_fence_counter() {
     for meanwhile in [
         (fence + 1_000_000_000).to_string(),
         "not a counter".to_owned(),
+        "-5".to_owned(),
+        "2.5".to_owned(),
     ] {
         // Taken on the uncontended path: its fence is recorded at release.
         raw_set(&mut raw, &counter, "1").await;

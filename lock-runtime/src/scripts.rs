@@ -314,7 +314,7 @@ if record ~= '0' then
   local counter = KEYS[3] or key .. ':fence'
   local last = redis.pcall('GET', counter)
   last = type(last) ~= 'table' and tonumber(last or '0')
-  if last and last < tonumber(record) then
+  if last and last >= 0 and last % 1 == 0 and last < tonumber(record) then
     if retention ~= '0' then
       redis.call('SET', counter, record, 'PX', retention)
     else
