@@ -12,10 +12,10 @@ use crate::pubsub::{Grant, Subscription, Wake};
 use crate::queue::{QueuePlace, StaleHeads};
 use crate::quorum::{Acquired, Ask, Late, Quorum};
 use crate::watchdog::Watchdog;
+use crate::{Lease, LockError, LockOptions};
 
 /// A wait that never ends in practice: 100 years.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
-use crate::{Lease, LockError, LockOptions};
 
 /// Everything a locker needs to hand out leases: its deployment, its renewal schedule and the
 /// queue heads it saw.

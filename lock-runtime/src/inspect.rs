@@ -152,8 +152,8 @@ impl Locker {
     /// On Redlock, the value a majority of nodes hold (with the least time left among them).
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let key = self.key_of(name);
-        let keys = self.acquirer().quorum.keys(key.clone());
         let quorum = &self.acquirer().quorum;
+        let keys = quorum.keys(key.clone());
         let views =
             crate::fanout::join_all_values(quorum.nodes().iter().map(|n| view(n, &keys))).await;
         let mut held: HashMap<String, (usize, i64, Vec<String>)> = HashMap::new();

@@ -129,13 +129,7 @@ impl Lease {
         // in the background (compare-and-delete twice is harmless).
         let mut out = renewing.quorum().release(&self.state).await;
         self.released = true;
-        released(&self.state, &out);
-        // A lease lost before its release: the loss seen first is the reason.
-        if let Err(LockError::Lost { reason, .. }) = &mut out
-            && let Some(first) = self.state.status.get().lost
-        {
-            *reason = first;
-        }
+        released(&self.state, &mut out);
         out
     }
 
@@ -162,8 +156,8 @@ impl Drop for Lease {
             Ok(handle) => {
                 let (quorum, state) = (Arc::clone(renewing.quorum()), Arc::clone(&self.state));
                 handle.spawn(async move {
-                    let out = quorum.release(&state).await;
-                    released(&state, &out);
+                    let mut out = quorum.release(&state).await;
+                    released(&state, &mut out);
                 });
             }
             Err(_) => tracing::warn!(
@@ -175,15 +169,18 @@ impl Drop for Lease {
 }
 
 /// Logs and counts how a release went. A key found no longer ours is a loss of its own, unless
-/// the loss was reported already (then the key is gone, as expected).
-fn released(state: &LeaseState, out: &Result<(), LockError>) {
+/// the loss was reported already: then the key is gone, as expected, and the loss seen first
+/// is the reason.
+fn released(state: &LeaseState, out: &mut Result<(), LockError>) {
     match out {
         Ok(()) => crate::telemetry::released(state.label()),
-        Err(LockError::Lost { .. }) if state.status.get().lost.is_some() => {}
-        Err(LockError::Lost { reason, .. }) => {
-            state.mark_lost(*reason);
-            crate::telemetry::lost_at_release(state.label());
-        }
+        Err(LockError::Lost { reason, .. }) => match state.status.get().lost {
+            Some(first) => *reason = first,
+            None => {
+                state.mark_lost(*reason);
+                crate::telemetry::lost_at_release(state.label());
+            }
+        },
         Err(e) => crate::telemetry::release_failed(state.label(), e),
     }
 }

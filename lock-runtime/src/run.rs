@@ -69,16 +69,11 @@ where
     if let Some(error) = max_exec_error {
         return Err(error);
     }
-    if let Err(lost @ LockError::Lost { .. }) = released {
-        if let Outcome::Panicked(panic) = outcome {
-            resume_unwind(panic);
-        }
-        return Err(lost);
-    }
-    match outcome {
-        Outcome::Done(v) => Ok(v),
-        Outcome::Panicked(panic) => resume_unwind(panic),
-        Outcome::MaxExec | Outcome::Lost(_) => unreachable!("returned above"),
+    match (outcome, released) {
+        (Outcome::Panicked(panic), _) => resume_unwind(panic),
+        (Outcome::Done(_), Err(lost @ LockError::Lost { .. })) => Err(lost),
+        (Outcome::Done(v), _) => Ok(v),
+        (Outcome::MaxExec | Outcome::Lost(_), _) => unreachable!("returned above"),
     }
 }
 

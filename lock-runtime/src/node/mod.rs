@@ -47,7 +47,8 @@ pub(crate) enum FenceReply {
     Fence(u64),
     /// The key no longer holds the lease's token: nothing was changed.
     NotOurs,
-    /// The counter holds something else than a number (left untouched).
+    /// The counter cannot give a fence: not an integer, or at the largest fence (left
+    /// untouched); why.
     Unusable(String),
 }
 
