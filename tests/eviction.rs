@@ -91,23 +91,26 @@ async fn connect_names_an_evicting_policy() {
     }
 }
 
+/// Connects with `require_noeviction`, and the events logged meanwhile.
+async fn connect_requiring_noeviction(
+    server: &RedisServer,
+) -> (Result<Locker, LockError>, Vec<String>) {
+    let mut connected = None;
+    let logs = support::capture_logs(async {
+        let builder = Locker::builder().url(server.url()).require_noeviction();
+        connected = Some(builder.connect().await);
+    })
+    .await;
+    (connected.expect("the capture ran the connect"), logs)
+}
+
 // One thread: the log capture is per thread.
 #[tokio::test]
 async fn a_server_that_does_not_evict_passes_in_silence() {
     let _alone = SERIAL.lock().await;
     let server = RedisServer::start();
-    let mut connected = None;
-    let logs = support::capture_logs(async {
-        connected = Some(
-            Locker::builder()
-                .url(server.url())
-                .require_noeviction()
-                .connect()
-                .await,
-        );
-    })
-    .await;
-    assert!(connected.unwrap().is_ok());
+    let (connected, logs) = connect_requiring_noeviction(&server).await;
+    assert!(connected.is_ok());
     assert!(
         !logs.iter().any(|l| l.contains("maxmemory-policy")),
         "{logs:?}"
@@ -121,18 +124,8 @@ async fn a_server_that_does_not_evict_passes_in_silence() {
 async fn a_server_that_refuses_config_still_works() {
     let _alone = SERIAL.lock().await;
     let server = RedisServer::start_with(&["--rename-command", "CONFIG", "\"\""]);
-    let mut connected = None;
-    let logs = support::capture_logs(async {
-        connected = Some(
-            Locker::builder()
-                .url(server.url())
-                .require_noeviction()
-                .connect()
-                .await,
-        );
-    })
-    .await;
-    let locker = connected.unwrap().unwrap();
+    let (connected, logs) = connect_requiring_noeviction(&server).await;
+    let locker = connected.unwrap();
     assert!(
         logs.iter()
             .any(|l| l.starts_with("DEBUG") && l.contains("cannot read maxmemory-policy")),
