@@ -63,76 +63,60 @@
 
 #![warn(missing_docs)]
 
-// The engine's layers, from the leaves up; each imports only from the layers above it in this
-// list (tests/layering.rs checks that there is no cycle and that the low layers do not reach the
-// facade):
-// - leaves: error, options, keys, scripts, output, deadlines, connect, fanout, random, slot,
-//   telemetry (tracing events and metrics)
-// - how requests reach one logical server: cluster (Redis Cluster), sentinel (the primary
-//   Sentinel names), link (either, or a direct connection)
-// - one logical server: pubsub (its release notifications), node (its scripts and commands)
-// - the deployment: quorum (N servers and the majority rule that decides their replies; one
-//   server is N = 1)
-// - one lease: status (its standing), lease_state (what is known of it), watchdog (its
-//   renewal), lease (the handle), holder (who holds a key)
-// - taking one: queue (the fair waiter queue), acquire (an attempt, and waiting)
-// - the facade: reentrancy (nested calls), run (the body), builder, locker, default_locker,
-//   inspect
-mod acquire;
-mod builder;
-mod cluster;
-mod connect;
-mod deadlines;
-mod default_locker;
-mod error;
-mod fanout;
-mod holder;
-mod inspect;
-mod keys;
-mod lease;
-mod lease_state;
-mod link;
-mod locker;
-mod node;
-mod options;
-mod output;
-mod pubsub;
-mod queue;
-mod quorum;
-mod random;
-mod reentrancy;
-mod run;
-mod scripts;
-mod sentinel;
-mod slot;
-mod status;
-mod telemetry;
-mod watchdog;
+// The engine's layers, declared from the bottom up. Each folder is one layer and imports only
+// from the layers declared before it (`tests/layering.rs` reads this list and enforces it).
 
-pub use builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
-pub use default_locker::{default_locker, set_default_locker};
-pub use error::{LockError, LostReason};
-pub use holder::Holder;
-pub use inspect::{LIST_LIMIT, LockInfo, LockState, Waiting};
-pub use keys::KeyFormat;
-pub use lease::Lease;
-#[doc = include_str!("attribute.md")]
+/// Values without I/O: options, errors, key names, holder tokens.
+mod model;
+
+/// Async building blocks: request deadlines, fan-out, tracing and metrics.
+mod plumbing;
+
+/// How a request reaches one logical server: direct, Redis Cluster, Sentinel.
+mod transport;
+
+/// One logical server: the lock's scripts and commands, its release notifications.
+mod server;
+
+/// What is known of one hold while it lives.
+mod state;
+
+/// The deployment: its servers, and the one place that decides their replies.
+mod deployment;
+
+/// A granted hold: its renewal and its handle.
+mod hold;
+
+/// Taking a hold: one attempt, the fair queue, waiting.
+mod acquire;
+
+/// The facade: `Locker`, locked calls, nested calls, the default locker, inspection.
+mod api;
+
+pub use api::builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
+pub use api::default_locker::{default_locker, set_default_locker};
+pub use api::inspect::{LIST_LIMIT, LockInfo, LockState, Waiting};
+pub use api::locker::Locker;
+pub use hold::lease::Lease;
+#[doc = include_str!("api/attribute.md")]
 #[doc(inline)]
 pub use lock_macros::distributed_lock;
-pub use locker::Locker;
-pub use options::{LockOptions, drift};
-pub use output::LockOutput;
+pub use model::error::{LockError, LostReason};
+pub use model::holder::Holder;
+pub use model::keys::KeyFormat;
+pub use model::options::{LockOptions, drift};
+pub use model::output::LockOutput;
 
 /// Paths named by the code that `#[distributed_lock]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::output::LockOutput;
+    pub use crate::model::output::LockOutput;
     pub use crate::{Lease, LockError, LockOptions, Locker};
     pub use core::time::Duration;
 
     /// The process default locker (see [`crate::set_default_locker`]), or why there is none.
     pub fn default_locker() -> Result<Locker, LockError> {
-        crate::default_locker::default_locker()
+        crate::api::default_locker::default_locker()
     }
 
     /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).

@@ -1,0 +1,46 @@
+//! The process default locker, used by `#[distributed_lock]` functions without `locker = ..`.
+
+use std::sync::OnceLock;
+
+use crate::{LockError, Locker};
+
+/// The process default: a locker, or why none could be made from the environment (kept, so
+/// that every locked call reports it rather than panicking).
+static DEFAULT: OnceLock<Result<Locker, String>> = OnceLock::new();
+
+/// Sets the locker used by `#[distributed_lock]` functions without a `locker = ..` option.
+/// Returns the locker back if a default was already set or made.
+pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
+    let mut given = Some(locker);
+    DEFAULT.get_or_init(|| Ok(given.take().expect("taken once")));
+    match given {
+        Some(locker) => Err(locker),
+        None => Ok(()),
+    }
+}
+
+/// The process default locker: the one given to [`set_default_locker`], else one made on first
+/// use from the environment by [`LockerBuilder::from_env`](crate::LockerBuilder::from_env):
+/// `LOCK_REDIS_CLUSTER` (a Redis Cluster), else `LOCK_REDIS_SENTINELS` with
+/// `LOCK_REDIS_SENTINEL_MASTER` (Sentinel), else `LOCK_REDIS_URL`, then `REDIS_URL` (one server,
+/// or Redlock over comma-separated URLs), else `redis://127.0.0.1:6379`; `LOCK_REDIS_REPLICAS`
+/// sets `replicas(n)`.
+///
+/// A malformed variable (a URL that cannot be parsed, say) is a [`LockError::Config`] naming
+/// it, returned by this call and by every locked call that uses the default locker.
+pub fn default_locker() -> Result<Locker, LockError> {
+    let made = DEFAULT.get_or_init(|| {
+        let builder = crate::LockerBuilder::from_env().map_err(|e| e.to_string())?;
+        let var = crate::api::builder::ENV_VARS
+            .into_iter()
+            .find(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+            .unwrap_or("the built-in default");
+        builder.build().map_err(|e| {
+            format!("cannot make the default locker from {var}: {e}; fix {var} or call set_default_locker")
+        })
+    });
+    match made {
+        Ok(locker) => Ok(locker.clone()),
+        Err(message) => Err(LockError::config("", message.clone())),
+    }
+}

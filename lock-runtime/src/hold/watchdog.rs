@@ -1,0 +1,466 @@
+//! The renewal watchdog: one task per locker renews every held lease, in batches.
+//!
+//! Leases wait in one schedule ordered by their next renewal. Each wake-up takes every lease due
+//! (and, once one is due, those due within a quarter of their renew period) and renews them in
+//! chunks of up to 1,000 keys per script call; every chunk of a round goes out at once, so 10,000
+//! held leases cost a handful of pipelined script calls per period, not 10,000 timers. A lease
+//! holds a [`Renewing`] handle; dropping or stopping it takes the lease out of the schedule.
+//!
+//! The task runs in the runtime of the call that started it. A locker may be used from several
+//! runtimes (a process-wide default locker under `#[tokio::test]`s, each with its own), and the
+//! task's runtime may shut down while other runtimes' leases are held: the task then moves to a
+//! runtime that registered one of them, and the leases a dropped round had taken out of the
+//! schedule go back into it, due at once. Leases held although no runtime that registered one
+//! is left (taken in a runtime, held in another that took none) are renewed by a thread of the
+//! watchdog's own until they end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::runtime::{Handle, Id};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::LostReason;
+use crate::deployment::{Quorum, Renewal};
+use crate::state::lease_state::LeaseState;
+
+/// How long an idle task waits for new leases before it stops: a steady acquire/release loop
+/// then reuses one task instead of spawning one per lease.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// The renewal schedule of one locker.
+pub(crate) struct Watchdog {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    quorum: Arc<Quorum>,
+    schedule: Mutex<Schedule>,
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct Schedule {
+    /// Leases by next renewal time (the id breaks ties).
+    due: BTreeMap<(Instant, u64), Arc<LeaseState>>,
+    /// Where each lease sits in `due`; `None` while a round renews it.
+    at: HashMap<u64, Option<Instant>, BuildHasherDefault<IdHasher>>,
+    next_id: u64,
+    /// Leases taken out of `due` by rounds that have not finished yet.
+    in_flight: usize,
+    running: bool,
+    /// When the running task will next look at the schedule by itself; `None` while it is busy.
+    /// A new lease due earlier than this wakes it.
+    armed: Option<Instant>,
+    /// The runtime the task runs in.
+    home: Option<Id>,
+    /// The runtimes that registered the leases held now, with how many each: where the task
+    /// moves if its own runtime shuts down. Usually one.
+    runtimes: Vec<(Handle, usize)>,
+}
+
+impl Schedule {
+    /// No task runs: the next registration starts one.
+    fn without_task(&mut self) {
+        self.running = false;
+        self.armed = None;
+        self.home = None;
+    }
+
+    /// Puts lease `id` back at `when`, unless it was stopped meanwhile.
+    fn put(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) -> bool {
+        let Some(slot) = self.at.get_mut(&id) else {
+            return false;
+        };
+        *slot = Some(when);
+        let earliest = self
+            .due
+            .keys()
+            .next()
+            .is_none_or(|&first| (when, id) < first);
+        self.due.insert((when, id), lease);
+        earliest
+    }
+}
+
+/// Hashes the schedule's lease ids, which this process numbers itself (no untrusted keys): a
+/// multiply instead of SipHash, on a path every lease takes three times.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        // Fibonacci hashing: sequential ids spread over the table's high bits.
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// A lease's place in the schedule: [`Renewing::stop`] or dropping it takes the lease out
+/// (released, dropped or lost). Also the lease's way to its locker's servers: a lease holds
+/// nothing else of its locker.
+pub(crate) struct Renewing {
+    /// 0 once stopped (ids start at 1).
+    id: u64,
+    /// The runtime that registered the lease.
+    runtime: Id,
+    shared: Arc<Shared>,
+}
+
+impl Renewing {
+    /// The servers of the lease's locker.
+    pub(crate) fn quorum(&self) -> &Arc<Quorum> {
+        &self.shared.quorum
+    }
+
+    /// Takes the lease out of the schedule; once only.
+    pub(crate) fn stop(&mut self) {
+        if self.id == 0 {
+            return;
+        }
+        let id = std::mem::take(&mut self.id);
+        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        if let Some(Some(when)) = s.at.remove(&id) {
+            s.due.remove(&(when, id));
+        }
+        if let Some(at) = s.runtimes.iter().position(|(h, _)| h.id() == self.runtime) {
+            s.runtimes[at].1 -= 1;
+            if s.runtimes[at].1 == 0 {
+                // Dropped at once: a runtime that shut down is not kept alive by its handle.
+                let gone = s.runtimes.swap_remove(at);
+                drop(s);
+                drop(gone);
+            }
+        }
+    }
+}
+
+impl Drop for Renewing {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The running task's claim. If the task is dropped early (its runtime shut down), a new one
+/// starts in another runtime that registered one of the leases held, if any.
+struct RunningGuard {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(mut s) = self.shared.schedule.lock() else {
+            return;
+        };
+        s.armed = None;
+        // The task's runtime shut down (or the task panicked): forget that runtime, whose
+        // leases end with it, and go to another runtime with leases, if there is one.
+        let gone: Vec<(Handle, usize)> = match s.home.take() {
+            Some(home) => s.runtimes.extract_if(.., |(h, _)| h.id() == home).collect(),
+            None => Vec::new(),
+        };
+        let panicking = std::thread::panicking();
+        let next = match s.runtimes.first() {
+            Some((next, _)) if !panicking => Some(next.clone()),
+            _ => None,
+        };
+        // Leases are held, but no runtime that registered one is left: they were moved out of
+        // the runtimes that registered them (or are about to be dropped with the one that shut
+        // down). Nothing else would renew them.
+        let stranded = next.is_none() && !panicking && !s.at.is_empty();
+        s.running = next.is_some() || stranded;
+        s.home = next.as_ref().map(Handle::id);
+        // The handles are dropped outside the lock.
+        drop(s);
+        drop(gone);
+        match next {
+            // If `next` has shut down too, the task is dropped at once, and its guard forgets
+            // `next` and tries the next runtime.
+            Some(next) => drop(next.spawn(run(RunningGuard {
+                shared: Arc::clone(&self.shared),
+                armed: true,
+            }))),
+            None if stranded => renew_in_a_thread(Arc::clone(&self.shared)),
+            None => {}
+        }
+    }
+}
+
+/// Runs the renewal task in a thread of its own, with a runtime of its own, until the schedule
+/// is empty (it stops as an idle task does): for leases that no live runtime registered. The
+/// runtime is made in the thread: the caller may be a runtime's worker shutting down, where a
+/// runtime that failed to start could not be dropped.
+fn renew_in_a_thread(shared: Arc<Shared>) {
+    let inner = Arc::clone(&shared);
+    let started = std::thread::Builder::new()
+        .name("lock-renewal".into())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(async {
+                    inner.schedule.lock().expect("watchdog lock").home =
+                        Some(Handle::current().id());
+                    run(RunningGuard {
+                        shared: inner,
+                        armed: true,
+                    })
+                    .await;
+                }),
+                Err(e) => not_renewed(&inner, &e),
+            }
+        });
+    if let Err(e) = started {
+        not_renewed(&shared, &e);
+    }
+}
+
+/// The renewal thread could not start: the leases wait for the next registration to start a
+/// task again.
+fn not_renewed(shared: &Shared, e: &std::io::Error) {
+    shared
+        .schedule
+        .lock()
+        .expect("watchdog lock")
+        .without_task();
+    tracing::error!(
+        error = %e,
+        "no thread for the renewals of leases held outside the runtimes that took them: \
+         they are renewed again once another lease is taken"
+    );
+}
+
+/// Leases a round took out of the schedule and has not put back yet. If the round is dropped
+/// (its runtime shut down), they go back, due at once.
+struct Outstanding {
+    shared: Arc<Shared>,
+    leases: Vec<(u64, Arc<LeaseState>)>,
+}
+
+impl Drop for Outstanding {
+    fn drop(&mut self) {
+        if self.leases.is_empty() {
+            return;
+        }
+        let Ok(mut s) = self.shared.schedule.lock() else {
+            return;
+        };
+        s.in_flight -= self.leases.len();
+        let now = Instant::now();
+        for (id, lease) in self.leases.drain(..) {
+            if lease.is_ended() {
+                s.at.remove(&id);
+            } else {
+                s.put(id, now, lease);
+            }
+        }
+        drop(s);
+        self.shared.wake.notify_one();
+    }
+}
+
+impl Watchdog {
+    pub(crate) fn new(quorum: Arc<Quorum>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                quorum,
+                schedule: Mutex::default(),
+                wake: Notify::new(),
+            }),
+        }
+    }
+
+    /// Starts renewing `lease`, first at `when` (one renew period after the acquire was sent;
+    /// sooner for a lock granted by a release, which holds the key for a grace only).
+    pub(crate) fn register(&self, lease: Arc<LeaseState>, when: Instant) -> Renewing {
+        let here = Handle::current();
+        let runtime = here.id();
+        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        s.next_id += 1;
+        let id = s.next_id;
+        s.at.insert(id, None);
+        s.put(id, when, lease);
+        match s.runtimes.iter_mut().find(|(h, _)| h.id() == runtime) {
+            Some((_, leases)) => *leases += 1,
+            None => s.runtimes.push((here, 1)),
+        }
+        let earliest = s.armed.is_none_or(|armed| when < armed);
+        if !s.running {
+            s.running = true;
+            s.home = Some(runtime);
+            drop(s);
+            let guard = RunningGuard {
+                shared: Arc::clone(&self.shared),
+                armed: true,
+            };
+            tokio::spawn(run(guard));
+        } else if earliest {
+            drop(s);
+            self.shared.wake.notify_one();
+        }
+        Renewing {
+            id,
+            runtime,
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+async fn run(mut guard: RunningGuard) {
+    let shared = Arc::clone(&guard.shared);
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        let wake_at = {
+            let mut s = shared.schedule.lock().expect("watchdog lock");
+            let (batch, next) = take_due(&mut s, now);
+            if !batch.is_empty() {
+                s.armed = None;
+                drop(s);
+                idle_since = None;
+                let chunks = batch
+                    .chunks(shared.quorum.renew_chunk())
+                    .map(|chunk| Outstanding {
+                        shared: Arc::clone(&shared),
+                        leases: chunk.to_vec(),
+                    })
+                    .collect();
+                tokio::spawn(renew_round(chunks));
+                continue;
+            }
+            let wake_at = match next {
+                Some(at) => Some(at),
+                // A round is out: its end re-schedules its leases and wakes us.
+                None if s.in_flight > 0 => None,
+                None => {
+                    let since = *idle_since.get_or_insert(now);
+                    if now >= since + LINGER {
+                        // Stop under the lock: a new lease either landed before this check, or
+                        // sees `running == false` and starts a new task. Disarm the guard so
+                        // that its drop cannot clear the flag of that new task.
+                        s.without_task();
+                        guard.armed = false;
+                        return;
+                    }
+                    Some(since + LINGER)
+                }
+            };
+            if next.is_some() || s.in_flight > 0 {
+                idle_since = None;
+            }
+            s.armed = wake_at;
+            wake_at
+        };
+        match wake_at {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = shared.wake.notified() => {}
+                }
+            }
+            None => shared.wake.notified().await,
+        }
+    }
+}
+
+/// Removes and returns every live lease that is due, plus, once one is due, those due within a
+/// quarter of their renew period (renewed a little early, in the same round trip); also returns
+/// when the next one is due.
+fn take_due(s: &mut Schedule, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
+    let mut batch = Vec::new();
+    loop {
+        let Some((&(when, id), lease)) = s.due.iter().next() else {
+            return (batch, None);
+        };
+        if !lease.is_ended() && (when > now + lease.renew / 4 || (batch.is_empty() && when > now)) {
+            return (batch, Some(when));
+        }
+        let lease = s.due.remove(&(when, id)).expect("present");
+        if lease.is_ended() {
+            s.at.remove(&id);
+            continue;
+        }
+        s.at.insert(id, None);
+        s.in_flight += 1;
+        batch.push((id, lease));
+    }
+}
+
+/// Renews one batch: every chunk of the round goes out at once (they pipeline on each server's
+/// connection), so chunk k is not confirmed k round trips late, and each chunk is decided as
+/// soon as its replies are in.
+async fn renew_round(chunks: Vec<Outstanding>) {
+    crate::plumbing::fanout::join_all(chunks.into_iter().map(renew_chunk).collect()).await;
+}
+
+async fn renew_chunk(mut outstanding: Outstanding) {
+    let sent = Instant::now();
+    let leases: Arc<Vec<Arc<LeaseState>>> = Arc::new(
+        outstanding
+            .leases
+            .iter()
+            .map(|(_, l)| Arc::clone(l))
+            .collect(),
+    );
+    let shared = Arc::clone(&outstanding.shared);
+    let verdicts = shared.quorum.renew(&leases).await;
+    // Decided: no longer the drop's to put back.
+    let chunk = std::mem::take(&mut outstanding.leases);
+    let mut s = shared.schedule.lock().expect("watchdog lock");
+    s.in_flight -= chunk.len();
+    let now = Instant::now();
+    for ((id, lease), verdict) in chunk.into_iter().zip(verdicts) {
+        if lease.is_ended() {
+            s.at.remove(&id);
+            continue;
+        }
+        match verdict {
+            Renewal::Renewed => {
+                // A confirmation after the validity ran out leaves the lease lost: drop it.
+                if lease.confirm(sent) {
+                    let when = sent + lease.renew;
+                    s.put(id, when, lease);
+                } else {
+                    s.at.remove(&id);
+                }
+            }
+            Renewal::NotOwner => {
+                lease.mark_lost(LostReason::NotOwner);
+                s.at.remove(&id);
+            }
+            Renewal::NotReplicated => {
+                lease.mark_lost(LostReason::NotReplicated);
+                s.at.remove(&id);
+            }
+            Renewal::Undecided if now >= lease.valid_until() => {
+                lease.mark_lost(LostReason::ValidityExpired);
+                s.at.remove(&id);
+            }
+            Renewal::Undecided => {
+                // No majority answered: try again soon, while the lease is still valid.
+                let retry =
+                    (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+                s.put(id, now + retry, lease);
+            }
+        }
+    }
+    drop(s);
+    shared.wake.notify_one();
+}

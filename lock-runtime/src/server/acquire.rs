@@ -1,0 +1,318 @@
+//! One acquire attempt on one server: the acquire script, and the plain-command path of an
+//! uncontended call.
+
+use std::time::Duration;
+
+use redis::{ErrorKind, RedisError, RedisResult, Value};
+use tokio::time::Instant;
+
+use super::{Node, Release, Waiter};
+use crate::model::keys::Keys;
+use crate::server::scripts::{self, MAX_FENCE, evalsha};
+
+/// What one acquire attempt sends besides the keys.
+pub(crate) struct AcquireRequest<'a> {
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    /// This caller's place in the queue, if it waits (one node only).
+    pub waiter: Option<&'a Waiter>,
+    /// A queue head seen unchanged for longer than its grace: `(id, state)`.
+    pub evict: Option<(&'a str, &'a str)>,
+    /// Fence floor granularity in µs: 1 on one server, 1 s on a Redlock node.
+    pub fence_quantum: u64,
+    /// How long an unused fence counter is kept; 0 forever.
+    pub fence_retention_ms: u64,
+    /// Bound on the reply.
+    pub limit: Duration,
+    /// Whether this server keeps the lock's waiter queue: false on a Redlock node, where nobody
+    /// queues (then the attempt sends the leaner `ACQUIRE_UNQUEUED`).
+    pub queue: bool,
+}
+
+/// The reply of the uncontended path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FastReply {
+    Taken {
+        fence: u64,
+    },
+    /// Held by someone else.
+    Busy,
+    /// For the script to tell; `taken` when the plain `SET NX` did set the key.
+    Unclear {
+        taken: bool,
+    },
+    /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
+    NotReplicated {
+        acked: usize,
+    },
+}
+
+/// The reply to an acquire attempt on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    Taken {
+        fence: u64,
+    },
+    /// Held by someone else; the remaining PTTL when the key has one.
+    Busy {
+        pttl: Option<Duration>,
+    },
+    /// Free, but another waiter is first in line: its id and its state (nonce and grace).
+    NotOurTurn {
+        head: String,
+        state: String,
+    },
+    /// The lock key, or its fence counter, holds data that is not ours; nothing was changed.
+    Foreign {
+        detail: String,
+    },
+    /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
+    NotReplicated {
+        acked: usize,
+    },
+}
+
+impl Node {
+    pub(crate) async fn acquire(
+        &self,
+        keys: &Keys,
+        req: &AcquireRequest<'_>,
+    ) -> RedisResult<AcquireReply> {
+        let key = &keys.key;
+        let unqueued = !req.queue && req.waiter.is_none();
+        let (script, numkeys) = if unqueued {
+            (&scripts::ACQUIRE_UNQUEUED, 2)
+        } else {
+            (&scripts::ACQUIRE, 4)
+        };
+        let mut cmd = evalsha(script, numkeys, 13, 4 * key.len() + 220);
+        cmd.arg(key).arg(keys.fence());
+        if !unqueued {
+            cmd.arg(keys.queue()).arg(keys.queue_states());
+        }
+        // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
+        cmd.arg(req.token)
+            .arg(req.ttl_ms)
+            .arg(req.fence_quantum)
+            .arg(req.fence_retention_ms);
+        if let Some(waiter) = req.waiter {
+            let (evict, seen) = req.evict.unwrap_or(("", ""));
+            cmd.arg(&waiter.id)
+                .arg(waiter.grace.as_millis() as u64)
+                .arg(evict)
+                .arg(seen)
+                .arg(&waiter.previous);
+        }
+        let sent = Instant::now();
+        let wait = self.wait_cmd(req.ttl_ms);
+        let (reply, acked): (Vec<Value>, _) =
+            self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
+        self.rtt.record(sent.elapsed());
+        let int = |v: &Value| match v {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        };
+        let text = |v: Option<&Value>| v.map(value_text).unwrap_or_default();
+        Ok(match reply.first().and_then(int) {
+            Some(1) => match acked {
+                Some(acked) if acked < self.replicas => {
+                    Box::pin(self.undo_unreplicated(keys, req.token)).await;
+                    AcquireReply::NotReplicated { acked }
+                }
+                _ => AcquireReply::Taken {
+                    fence: reply.get(1).and_then(int).unwrap_or(0) as u64,
+                },
+            },
+            Some(0) => {
+                let pttl = reply.get(1).and_then(int).unwrap_or(-1);
+                AcquireReply::Busy {
+                    pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                }
+            }
+            Some(2) => AcquireReply::NotOurTurn {
+                head: text(reply.get(1)),
+                state: text(reply.get(2)),
+            },
+            Some(-1) => AcquireReply::Foreign {
+                detail: format!(
+                    "key `{key}` holds a {} value, not a lock; it was left untouched",
+                    text(reply.get(1))
+                ),
+            },
+            _ => AcquireReply::Foreign {
+                detail: format!(
+                    "fence counter `{}` {}; it was left untouched",
+                    keys.fence(),
+                    text(reply.get(1))
+                ),
+            },
+        })
+    }
+
+    /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
+    /// a failover could lose it and let a second holder in.
+    async fn undo_unreplicated(&self, keys: &Keys, token: &str) {
+        if let Err(e) = self.release(keys, token, &Release::UNDO).await {
+            tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
+        }
+    }
+
+    /// The uncontended path on one server, in plain commands and one round trip: `SET NX PX GET`
+    /// (which also says whether the key was free, and fails on a key of another type); with
+    /// `fenced`, the server's clock and the fence counter too. The fence is `max(counter + 1,
+    /// clock in µs)`, as the acquire script computes it; the counter is written at release (see
+    /// [`scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
+    /// fence) the fence is 0, and without replicas to wait for the `SET` goes alone, as one
+    /// command. Anything unusual (a key or counter of another type, a counter that is not a
+    /// number) goes to the script (`Unclear`), which tells what it is.
+    ///
+    /// The queue is not looked at: a key that is free has nobody queued behind it, except
+    /// between its expiry under queued waiters (a holder or grantee that died, a `min_hold` run
+    /// out) and the first waiter's next attempt (at the expiry, or within a third of its grace).
+    /// A call that takes the key then cuts in; the next waiter's attempt marks its value, and
+    /// its release grants the lock to the first waiter (see `scripts::ACQUIRE`).
+    ///
+    /// Not bounded here: its one caller bounds the whole attempt, this request included (see
+    /// `Quorum::attempt_bound`), so the request needs no timer of its own. `sent`: when that
+    /// attempt began, which the round trip recorded here counts from (no clock read of its own).
+    pub(crate) async fn acquire_fast(
+        &self,
+        keys: &Keys,
+        token: &str,
+        ttl_ms: u64,
+        fenced: bool,
+        sent: Instant,
+    ) -> RedisResult<FastReply> {
+        let key = &keys.key;
+        // Each command sized up front: no buffer grows on the way.
+        let command = |args: usize, bytes: usize| redis::Cmd::with_capacity(args, bytes);
+        let mut set = command(7, key.len() + token.len() + 40);
+        set.arg("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl_ms)
+            .arg("GET");
+        let wait = self.wait_cmd(ttl_ms);
+        let waits = wait.is_some();
+        let alone = !fenced && !waits;
+        let mut conn = self.conn().await?;
+        let replies = if alone {
+            self.link
+                .watch_for_failover(set.query_async::<Value>(&mut conn))
+                .await
+                .map(Replies::One)
+        } else {
+            let mut pipe = redis::Pipeline::with_capacity(4);
+            pipe.add_command(set);
+            if fenced {
+                let mut time = command(1, 4);
+                time.arg("TIME");
+                let mut counter = command(2, key.len() + 12);
+                counter.arg("GET").arg(keys.fence());
+                pipe.add_command(time).add_command(counter);
+            }
+            if let Some(wait) = wait {
+                pipe.add_command(wait);
+            }
+            self.link
+                .watch_for_failover(pipe.query_async::<Vec<Value>>(&mut conn))
+                .await
+                .map(Replies::Many)
+        };
+        let replies = match replies {
+            Ok(replies) => replies,
+            // The server answered, with an error (a key of another type): the script tells. The
+            // SET alone did not go through; in a pipeline, it may have.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                return Ok(FastReply::Unclear { taken: !alone });
+            }
+            Err(e) => return Err(e),
+        };
+        self.rtt.record(sent.elapsed());
+        let parsed = FastReplies::parse(replies, fenced, waits)
+            .ok_or_else(|| RedisError::from((ErrorKind::Parse, "unexpected acquire replies")))?;
+        if parsed.previous.is_none()
+            && let Some(acked) = parsed.acked
+            && acked < self.replicas
+        {
+            // Boxed (rare): the uncontended path's future stays small.
+            Box::pin(self.undo_unreplicated(keys, token)).await;
+            return Ok(FastReply::NotReplicated { acked });
+        }
+        Ok(match (parsed.previous, parsed.fence) {
+            (None, Some(fence)) => FastReply::Taken { fence },
+            // Ours, but the counter is not a counter: the script reports it (after a release).
+            (None, None) => FastReply::Unclear { taken: true },
+            // Held: when it frees, the waiting path asks the script (which knows the PTTL).
+            (Some(_), _) => FastReply::Busy,
+        })
+    }
+}
+
+/// The replies of the uncontended path: the `SET`'s alone, or the pipeline's.
+enum Replies {
+    One(Value),
+    Many(Vec<Value>),
+}
+
+/// The replies of the uncontended path, in the order sent.
+struct FastReplies {
+    /// The key's value before the `SET NX` (none: it was free and is ours now).
+    previous: Option<Value>,
+    /// The fence (0 when not asked for); none when the counter is not a number.
+    fence: Option<u64>,
+    acked: Option<usize>,
+}
+
+impl FastReplies {
+    fn parse(replies: Replies, fenced: bool, waits: bool) -> Option<Self> {
+        // The SET's reply, then the pipeline's others (none when the SET went alone: then
+        // neither a fence nor acknowledgements were asked for).
+        let (set, mut replies) = match replies {
+            Replies::One(set) => (set, Vec::new().into_iter()),
+            Replies::Many(replies) => {
+                let mut replies = replies.into_iter();
+                (replies.next()?, replies)
+            }
+        };
+        let previous = match set {
+            Value::Nil => None,
+            other => Some(other),
+        };
+        let fence = if fenced {
+            let (secs, micros): (u64, u64) = redis::from_redis_value(replies.next()?).ok()?;
+            let counter = match replies.next()? {
+                Value::Nil => Some(0),
+                Value::BulkString(bytes) => std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    // At the largest fence: the script reports it.
+                    .filter(|&last| last < MAX_FENCE),
+                _ => None,
+            };
+            counter.map(|last| (last + 1).max(secs * 1_000_000 + micros))
+        } else {
+            Some(0)
+        };
+        let acked = match waits {
+            true => Some(redis::from_redis_value(replies.next()?).ok()?),
+            false => None,
+        };
+        Some(Self {
+            previous,
+            fence,
+            acked,
+        })
+    }
+}
+
+pub(super) fn value_text(value: &Value) -> String {
+    match value {
+        Value::SimpleString(s) => s.clone(),
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::ServerError(e) => format!("{e:?}"),
+        other => format!("{other:?}"),
+    }
+}

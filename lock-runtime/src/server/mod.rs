@@ -1,0 +1,577 @@
+//! One logical Redis server (a standalone server, a Redlock node, a Redis Cluster, or the primary
+//! behind Sentinel): the scripts and commands of a lock, sent over its [`Link`]; its release
+//! notifications live in `pubsub`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, Script,
+    ServerErrorKind, Value,
+};
+
+use crate::LockError;
+use crate::model::keys::Keys;
+use crate::plumbing::deadlines::{Bound, Deadlines};
+use crate::transport::cluster::ClusterLink;
+use crate::transport::connect::{
+    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client, redact,
+};
+use crate::transport::link::{Conn, FailoverWatch, Link};
+use crate::transport::sentinel::SentinelLink;
+use acquire::value_text;
+use pubsub::{Notifications, Source, Subscription, Wake};
+use scripts::evalsha;
+
+mod acquire;
+pub(crate) mod pubsub;
+mod reads;
+mod renew;
+pub(crate) mod scripts;
+mod setup;
+
+pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
+pub(crate) use renew::{RENEW_CHUNK, RenewReply};
+
+/// A waiter's identity in the queue, the grace it asks for, and the token of its previous
+/// attempt (empty: none), to which a release may have granted the lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Waiter {
+    pub id: String,
+    pub grace: Duration,
+    pub previous: String,
+}
+
+/// The reply of [`Node::fence_held`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FenceReply {
+    Fence(u64),
+    /// The key no longer holds the lease's token: nothing was changed.
+    NotOurs,
+    /// The counter cannot give a fence: not an integer, or at the largest fence (left
+    /// untouched); why.
+    Unusable(String),
+}
+
+/// How a release goes.
+pub(crate) struct Release {
+    /// Keep the key this long (`min_hold`); 0 deletes it (or hands it to the first waiter).
+    pub keep_ms: u64,
+    /// Publish the release even with nobody queued (Redlock: nobody queues).
+    pub always_publish: bool,
+    /// The fence to record in the counter; 0 when it is recorded already.
+    pub record_fence: u64,
+    /// The fence counter's retention; 0: forever (a grant: keep the counter's expiry).
+    pub fence_retention_ms: u64,
+    /// Look at the waiter queue even if no waiter marked the value: an undo of a key the
+    /// plain-command path took, which does not know whether waiters queue (see
+    /// `Quorum::acquire`).
+    pub look_at_queue: bool,
+}
+
+impl Release {
+    /// An undo, or a waiter passing on a lock granted to it: deletes the key, or grants it to
+    /// the first waiter, whether or not the value carries the waiters' mark.
+    pub(crate) const UNDO: Release = Release {
+        keep_ms: 0,
+        always_publish: false,
+        record_fence: 0,
+        fence_retention_ms: 0,
+        look_at_queue: true,
+    };
+}
+
+/// One logical server. `link` carries commands; `notifications` carries release messages on a
+/// RESP3 connection of its own.
+pub(crate) struct Node {
+    /// For messages: `host:port`, or a description of the cluster or the Sentinel set.
+    addr: String,
+    link: Link,
+    settings: Settings,
+    rtt: Arc<RoundTrip>,
+    notifications: Arc<Notifications>,
+    /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
+    replicas: usize,
+    /// The bounds of this node's requests, in the schedule its locker's nodes share.
+    deadlines: Deadlines,
+}
+
+impl Node {
+    /// One server at a fixed address. Parses the URL and prepares lazy connections; nothing is
+    /// sent yet.
+    pub(crate) fn direct(
+        url: &str,
+        settings: Settings,
+        tls_root_cert: Option<&[u8]>,
+        replicas: usize,
+        deadlines: Deadlines,
+    ) -> Result<Self, LockError> {
+        let bad = |e: redis::RedisError| bad_url(url, &e);
+        let info = url.into_connection_info().map_err(bad)?;
+        let addr = info.addr().to_string();
+        let client = open_client(info.clone(), tls_root_cert).map_err(bad)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, command_config(settings))
+            .map_err(bad)?;
+        let source = Source::direct(&info, tls_root_cert).map_err(bad)?;
+        Ok(Self::with_link(
+            addr,
+            Link::Direct(conn),
+            source,
+            settings,
+            replicas,
+            deadlines,
+        ))
+    }
+
+    /// A Redis Cluster, from the URLs of some of its nodes.
+    pub(crate) fn cluster(
+        urls: &[String],
+        settings: Settings,
+        tls_root_cert: Option<&[u8]>,
+        replicas: usize,
+        deadlines: Deadlines,
+    ) -> Result<Self, LockError> {
+        check_urls(urls)?;
+        let link = ClusterLink::new(urls, settings, tls_root_cert).map_err(|e| {
+            LockError::config("", format!("cannot make a Redis Cluster client: {e}"))
+        })?;
+        let addr = format!(
+            "Redis Cluster {}",
+            urls.iter().map(|u| redact(u)).collect::<Vec<_>>().join(",")
+        );
+        let source = Source::Cluster {
+            urls: urls.to_vec(),
+            tls_root_cert: tls_root_cert.map(<[u8]>::to_vec),
+        };
+        Ok(Self::with_link(
+            addr,
+            Link::Cluster(Box::new(link)),
+            source,
+            settings,
+            replicas,
+            deadlines,
+        ))
+    }
+
+    /// The primary that the Sentinels at `urls` name for `master`.
+    pub(crate) fn sentinel(
+        urls: &[String],
+        master: &str,
+        settings: Settings,
+        replicas: usize,
+        deadlines: Deadlines,
+    ) -> Result<Self, LockError> {
+        check_urls(urls)?;
+        let link = Arc::new(
+            SentinelLink::new(urls, master, settings)
+                .map_err(|e| LockError::config("", format!("cannot ask the Sentinels: {e}")))?,
+        );
+        let addr = link.describe();
+        let node = Self::with_link(
+            addr,
+            Link::Sentinel(Arc::clone(&link)),
+            Source::Pending,
+            settings,
+            replicas,
+            deadlines,
+        );
+        // Release notifications follow the primary too.
+        let notifications = Arc::downgrade(&node.notifications);
+        link.on_switch(Box::new(move |info| {
+            if let Some(n) = notifications.upgrade() {
+                match Source::direct(info, None) {
+                    Ok(source) => n.repoint(source),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot listen for releases on the new primary")
+                    }
+                }
+            }
+        }));
+        Ok(node)
+    }
+
+    fn with_link(
+        addr: String,
+        link: Link,
+        source: Source,
+        settings: Settings,
+        replicas: usize,
+        deadlines: Deadlines,
+    ) -> Self {
+        let rtt = Arc::new(RoundTrip::default());
+        let notifications = Arc::new(Notifications::new(
+            addr.clone(),
+            source,
+            settings,
+            Arc::clone(&rtt),
+        ));
+        Self {
+            addr,
+            link,
+            settings,
+            rtt,
+            notifications,
+            replicas,
+            deadlines,
+        }
+    }
+
+    /// The schedule of request bounds this node shares with its locker's other nodes.
+    pub(crate) fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
+    /// `host:port` (or the deployment's description), without credentials.
+    pub(crate) fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// How many replicas must acknowledge each acquire and renewal.
+    pub(crate) fn replicas(&self) -> usize {
+        self.replicas
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.link.cluster().is_some()
+    }
+
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.settings.response_timeout
+    }
+
+    /// A recent round trip to this node (the largest of the last few, roughly).
+    pub(crate) fn rtt(&self) -> Duration {
+        self.rtt.get()
+    }
+
+    pub(crate) fn redis_error(&self, name: &str, source: redis::RedisError) -> LockError {
+        if source.kind() == ErrorKind::Parse {
+            // Not a Redis server at all: one line that says so, not the parser's dump.
+            return LockError::config(
+                name,
+                format!(
+                    "the server at {} does not speak the Redis protocol (its reply is not RESP: \
+                     an HTTP server, or another service on that port?); check the URL",
+                    self.addr
+                ),
+            );
+        }
+        let addr = match &self.link {
+            // Say which primary it was.
+            Link::Sentinel(s) => match s.primary_addr() {
+                Some(primary) => format!("{} (primary {primary})", self.addr),
+                None => self.addr.clone(),
+            },
+            _ => self.addr.clone(),
+        };
+        LockError::Redis {
+            name: name.to_owned(),
+            addr,
+            source,
+        }
+    }
+
+    /// A connection for one request.
+    async fn conn(&self) -> RedisResult<Conn> {
+        let conn = self.link.conn().await;
+        self.link.check_for_failover(&conn);
+        conn
+    }
+
+    /// Runs `request` bounded by `limit` (the connections bound no reply by themselves, see
+    /// `connect::command_config`), and lets the link learn from its outcome.
+    fn bounded<T, F: Future<Output = RedisResult<T>>>(
+        &self,
+        limit: Duration,
+        request: F,
+    ) -> FailoverWatch<'_, Bounded<Bound<'_, F>>> {
+        self.link
+            .watch_for_failover(bounded_in(&self.deadlines, limit, request))
+    }
+
+    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
+    /// The timeout stays well inside the lease's validity (`ttl - drift`): a tenth of it, but at
+    /// least the drift, and at most a quarter of the response timeout.
+    fn wait_cmd(&self, ttl_ms: u64) -> Option<Cmd> {
+        if self.replicas == 0 {
+            return None;
+        }
+        let ttl = Duration::from_millis(ttl_ms);
+        let drift = crate::drift(ttl);
+        let margin = (ttl.saturating_sub(drift) / 10)
+            .max(drift)
+            .min(self.settings.response_timeout / 4);
+        let mut cmd = Cmd::with_capacity(3, 24);
+        cmd.arg("WAIT")
+            .arg(self.replicas)
+            .arg((margin.as_millis() as u64).max(1));
+        Some(cmd)
+    }
+
+    /// Sends `cmd`, an EVALSHA of `script`, followed by `wait` (a `WAIT`) in the same pipeline
+    /// when given; on NOSCRIPT (a new or restarted server) loads the script once and sends it
+    /// again. Returns the reply and, with `wait`, how many replicas acknowledged it.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+        wait: Option<&Cmd>,
+        limit: Duration,
+    ) -> RedisResult<(T, Option<usize>)> {
+        let mut conn = self.conn().await?;
+        // Handed over where it is made: bound to a local first, it would be kept twice.
+        self.bounded(limit, async {
+            let mut loaded = false;
+            loop {
+                let out = match wait {
+                    None => cmd.query_async::<T>(&mut conn).await.map(|v| (v, None)),
+                    Some(wait) => {
+                        let mut pipe = redis::Pipeline::with_capacity(2);
+                        pipe.add_command(cmd.clone()).add_command(wait.clone());
+                        // Boxed (only with `replicas(n)`), as the script load below: the
+                        // common call's future stays small.
+                        Box::pin(pipe.query_async::<(T, usize)>(&mut conn))
+                            .await
+                            .map(|(v, acked)| (v, Some(acked)))
+                    }
+                };
+                match out {
+                    Err(e)
+                        if !loaded && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        Box::pin(script.prepare_invoke().load_async(&mut conn)).await?;
+                        loaded = true;
+                    }
+                    other => return other,
+                }
+            }
+        })
+        .await
+    }
+
+    /// Takes `waiter` out of the lock's queue (it gave up or was cancelled), and passes on a lock
+    /// that was granted to one of its `attempts` (their tokens, newest first), or handed to it
+    /// the old way.
+    ///
+    /// A release grants the lock to the last attempt that reached the server, which need not be
+    /// the newest one made: redis-rs never sends a request whose caller was dropped before it
+    /// went out (a wait cut off just as its next attempt began). A lock left granted to the
+    /// attempt before would stay held for the waiter's whole grace.
+    pub(crate) async fn leave_queue(
+        &self,
+        keys: &Keys,
+        waiter: &str,
+        attempts: [Option<&str>; 2],
+    ) -> RedisResult<()> {
+        let mut conn = self.conn().await?;
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZREM").arg(keys.queue()).arg(waiter).ignore();
+        pipe.cmd("HDEL")
+            .arg(keys.queue_states())
+            .arg(waiter)
+            .ignore();
+        self.bounded(
+            self.settings.response_timeout,
+            pipe.query_async::<()>(&mut conn),
+        )
+        .await?;
+        // Out of the queue: nothing is granted to this waiter from now on. A lock granted or
+        // handed to it meanwhile goes on to the next one (or is freed).
+        for token in attempts.into_iter().flatten() {
+            if self.release(keys, token, &Release::UNDO).await? {
+                return Ok(());
+            }
+        }
+        let handed = format!("~{waiter}");
+        self.release(keys, &handed, &Release::UNDO)
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether an acquire here waits for replicas' acknowledgements (then a lock granted by a
+    /// release is taken over by an attempt of the waiter's own, which waits for them).
+    pub(crate) fn waits_for_replicas(&self) -> bool {
+        self.replicas > 0
+    }
+
+    /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
+    /// the key was ours. See [`scripts::RELEASE`].
+    pub(crate) async fn release(
+        &self,
+        keys: &Keys<impl AsRef<str>>,
+        token: &str,
+        how: &Release,
+    ) -> RedisResult<bool> {
+        let key = keys.key.as_ref();
+        let cluster = self.is_cluster();
+        let publish = if cluster { "SPUBLISH" } else { "PUBLISH" };
+        // Arguments in order, each left out when it and all after it have the script's default.
+        let args = if how.always_publish {
+            6
+        } else if how.keep_ms > 0 || how.look_at_queue {
+            5
+        } else if cluster {
+            4
+        } else if how.record_fence > 0 {
+            3
+        } else if how.fence_retention_ms != scripts::DEFAULT_RETENTION_MS {
+            2
+        } else {
+            1
+        };
+        // On Cluster the queue and the counter are declared too (see the script), and so are
+        // derived names the script cannot make from the key.
+        let declared = if cluster || !keys.derived_by_suffix() {
+            3
+        } else {
+            1
+        };
+        let mut cmd = evalsha(
+            &scripts::RELEASE,
+            declared,
+            declared + args,
+            declared * (key.len() + 16) + token.len() + 80,
+        );
+        cmd.arg(key);
+        if declared == 3 {
+            cmd.arg(keys.queue()).arg(keys.fence());
+        }
+        cmd.arg(token);
+        if args >= 2 {
+            cmd.arg(how.fence_retention_ms);
+        }
+        if args >= 3 {
+            cmd.arg(how.record_fence);
+        }
+        if args >= 4 {
+            cmd.arg(publish);
+        }
+        if args >= 5 {
+            cmd.arg(how.keep_ms);
+        }
+        if args >= 6 {
+            cmd.arg("1");
+        }
+        let (done, _): (Value, _) = self
+            .eval(
+                &scripts::RELEASE,
+                &cmd,
+                None,
+                self.settings.response_timeout,
+            )
+            .await?;
+        let wake = match done {
+            Value::Int(1) => Wake::Everyone,
+            Value::BulkString(handed) => Wake::of(&handed),
+            _ => return Ok(false),
+        };
+        if how.keep_ms == 0 {
+            // Waiters in this process learn it now, not one message later.
+            self.notifications.released_here(keys, wake);
+        }
+        Ok(true)
+    }
+
+    /// Computes the fence of a lease taken without one, if the key still holds `token`
+    /// (see [`scripts::FENCE`]).
+    pub(crate) async fn fence_held(
+        &self,
+        keys: &Keys,
+        token: &str,
+        retention_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<FenceReply> {
+        let mut cmd = evalsha(&scripts::FENCE, 2, 4, 2 * keys.key.len() + token.len() + 40);
+        cmd.arg(&keys.key)
+            .arg(keys.fence())
+            .arg(token)
+            .arg(retention_ms);
+        let (reply, _): (Vec<Value>, _) = self.eval(&scripts::FENCE, &cmd, None, limit).await?;
+        Ok(match reply.as_slice() {
+            [Value::Int(1), Value::Int(fence)] => FenceReply::Fence(*fence as u64),
+            [Value::Int(-2), why] => FenceReply::Unusable(value_text(why)),
+            _ => FenceReply::NotOurs,
+        })
+    }
+
+    pub(crate) async fn raise_fence(
+        &self,
+        keys: &Keys,
+        fence: u64,
+        retention_ms: u64,
+        limit: Duration,
+    ) -> RedisResult<()> {
+        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 3, keys.key.len() + 60);
+        cmd.arg(keys.fence()).arg(fence).arg(retention_ms);
+        let (reply, _): (Value, _) = self.eval(&scripts::RAISE_FENCE, &cmd, None, limit).await?;
+        match reply {
+            Value::Array(why) if why.len() == 2 => Err(RedisError::from((
+                ErrorKind::Client,
+                "fence counter not raised",
+                format!("`{}` {}", keys.fence(), value_text(&why[1])),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether a release channel of this server is subscribed now (see
+    /// [`Notifications::subscribed`]).
+    pub(crate) fn subscribed<const N: usize>(
+        &self,
+        channels: impl FnOnce() -> [String; N],
+    ) -> bool {
+        self.notifications.subscribed(channels)
+    }
+
+    /// Subscribes to a release channel of this server (see [`Notifications::subscribe`]).
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        waiter: Option<&str>,
+    ) -> (Subscription, RedisResult<()>) {
+        self.notifications.subscribe(channel, waiter).await
+    }
+}
+
+/// Checks that every URL parses, before any client is made of them.
+fn check_urls(urls: &[String]) -> Result<(), LockError> {
+    for url in urls {
+        url.as_str()
+            .into_connection_info()
+            .map_err(|e| bad_url(url, &e))?;
+    }
+    Ok(())
+}
+
+/// A URL that cannot be parsed, said with what is expected.
+fn bad_url(url: &str, e: &redis::RedisError) -> LockError {
+    let hint = url_hint(url, cfg!(feature = "tls"));
+    LockError::config(
+        "",
+        format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
+    )
+}
+
+/// What to do about a URL that does not parse, in a build with or without TLS support.
+fn url_hint(url: &str, tls: bool) -> &'static str {
+    if url.starts_with("rediss://") && !tls {
+        "; this build has no TLS support: enable the `tls` feature of lock-runtime \
+         (`lock-runtime = { version = \"..\", features = [\"tls\"] }`), or reach the server over \
+         redis:// (e.g. through a TLS tunnel)"
+    } else {
+        "; expected redis://[user:password@]host:port[/db]"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_tls_url_without_tls_names_the_feature() {
+        let hint = super::url_hint("rediss://cache:6380", false);
+        assert!(hint.contains("enable the `tls` feature"), "{hint}");
+        assert!(!super::url_hint("rediss://cache:6380", true).contains("tls"));
+        assert!(super::url_hint("redis:/oops", false).contains("expected redis://"));
+    }
+}

@@ -1,0 +1,220 @@
+//! Renewal on one server: one script call per chunk of leases, and on a Redis Cluster one
+//! pipeline per primary, whatever the slots the leases spread over.
+
+use redis::{FromRedisValue, RedisResult, ServerErrorKind, Value};
+
+use super::Node;
+use crate::server::scripts::{self, evalsha};
+use crate::transport::cluster::ClusterLink;
+use crate::transport::connect::bounded;
+
+/// What one server said of one lease in a renewal round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewReply {
+    Renewed,
+    NotOwner,
+    /// Renewed on the primary, but fewer replicas than asked acknowledged it in time.
+    NotReplicated,
+}
+
+/// Most leases in one renewal script call.
+pub(crate) const RENEW_CHUNK: usize = 1000;
+
+impl Node {
+    /// Renews many leases: `(key, token, ttl_ms)` each; one reply per lease, `None` where no
+    /// answer came. One script call per chunk of up to [`RENEW_CHUNK`] leases; on a Redis Cluster,
+    /// one per primary and chunk (see [`Self::renew_on_cluster`]). Replicas asked for by
+    /// `replicas(n)` must acknowledge the call, else every lease it renewed is `NotReplicated`.
+    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> Vec<Option<RenewReply>> {
+        if let Some(cluster) = self.link.cluster() {
+            return self.renew_on_cluster(cluster, items).await;
+        }
+        match self.renew_call(items).await {
+            Ok(codes) => codes,
+            Err(e) => {
+                tracing::debug!(node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
+                vec![None; items.len()]
+            }
+        }
+    }
+
+    /// One [`scripts::RENEW`] call (keys declared, so that it is routed by them).
+    async fn renew_call(
+        &self,
+        items: &[(&str, &str, u64)],
+    ) -> RedisResult<Vec<Option<RenewReply>>> {
+        let bytes: usize = items.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
+        let mut cmd = evalsha(&scripts::RENEW, items.len(), 3 * items.len(), bytes);
+        for (key, _, _) in items {
+            cmd.arg(*key);
+        }
+        for (_, token, ttl_ms) in items {
+            cmd.arg(*token).arg(*ttl_ms);
+        }
+        let wait = self.wait_cmd(min_ttl(items));
+        let limit = self.settings.response_timeout;
+        let (codes, acked): (Vec<i64>, Option<usize>) = self
+            .eval(&scripts::RENEW, &cmd, wait.as_ref(), limit)
+            .await?;
+        Ok(self.renew_replies(codes, acked))
+    }
+
+    /// Renewal codes (1 renewed, 0 not ours, 2 not served here) as replies; a renewal that the
+    /// replicas did not acknowledge is `NotReplicated`, one not served here has no reply.
+    fn renew_replies(&self, codes: Vec<i64>, acked: Option<usize>) -> Vec<Option<RenewReply>> {
+        let replicated = acked.is_none_or(|n| n >= self.replicas);
+        codes
+            .into_iter()
+            .map(|code| match code {
+                1 if replicated => Some(RenewReply::Renewed),
+                1 => Some(RenewReply::NotReplicated),
+                0 => Some(RenewReply::NotOwner),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Renewal on a Redis Cluster: the leases grouped by the primary that serves their slot (the
+    /// slot map), one [`scripts::RENEW_ANY_SLOT`] call per primary and chunk, all at once, so a
+    /// round costs about one call per primary however the leases spread over the slots. A lease
+    /// that primary no longer serves (a resharding or a failover moved its slot) is sent again
+    /// on its own, routed by its key, which follows MOVED and ASK; the slot map is then fetched
+    /// again.
+    async fn renew_on_cluster(
+        &self,
+        cluster: &ClusterLink,
+        items: &[(&str, &str, u64)],
+    ) -> Vec<Option<RenewReply>> {
+        let groups: Vec<(u16, Vec<usize>)> = match cluster.slot_map().await {
+            Ok(map) => {
+                let mut by_owner: Vec<(u16, Vec<usize>)> = Vec::new();
+                let mut index: std::collections::HashMap<usize, usize> = Default::default();
+                for (i, (key, _, _)) in items.iter().enumerate() {
+                    let slot = crate::transport::slot::key_slot(key.as_bytes());
+                    let owner = map.owner(slot).unwrap_or(usize::MAX);
+                    let at = *index.entry(owner).or_insert_with(|| {
+                        by_owner.push((slot, Vec::new()));
+                        by_owner.len() - 1
+                    });
+                    by_owner[at].1.push(i);
+                }
+                by_owner
+            }
+            // No map: send everything to one primary; what it does not serve comes back below.
+            Err(_) => vec![(
+                crate::transport::slot::key_slot(
+                    items.first().map_or(&b""[..], |i| i.0.as_bytes()),
+                ),
+                (0..items.len()).collect(),
+            )],
+        };
+        let results =
+            crate::plumbing::fanout::join_all_values(groups.iter().map(|(slot, members)| {
+                let group: Vec<(&str, &str, u64)> = members.iter().map(|&i| items[i]).collect();
+                async move {
+                    let replies = self.renew_on_primary(cluster, *slot, &group).await;
+                    (members.as_slice(), replies)
+                }
+            }))
+            .await;
+        let mut out: Vec<Option<RenewReply>> = vec![None; items.len()];
+        let mut elsewhere: Vec<usize> = Vec::new();
+        for (chunk, result) in results {
+            match result {
+                Ok(codes) => {
+                    for (&i, code) in chunk.iter().zip(codes) {
+                        match code {
+                            Some(reply) => out[i] = Some(reply),
+                            None => elsewhere.push(i),
+                        }
+                    }
+                }
+                Err(e) => {
+                    // Perhaps a failover: learn the slots again before the retry.
+                    cluster.slot_map_is_stale();
+                    tracing::debug!(node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
+                }
+            }
+        }
+        if !elsewhere.is_empty() {
+            cluster.slot_map_is_stale();
+            let resent = crate::plumbing::fanout::join_all_values(elsewhere.iter().map(|&i| {
+                let item = [items[i]];
+                async move { (i, self.renew_call(&item).await) }
+            }))
+            .await;
+            for (i, result) in resent {
+                if let Ok(codes) = result {
+                    out[i] = codes.into_iter().next().flatten();
+                }
+            }
+        }
+        out
+    }
+
+    /// One pipeline to the cluster primary that serves `slot`: a [`scripts::RENEW_ANY_SLOT`]
+    /// call per chunk of [`RENEW_CHUNK`] leases, then `WAIT` when replicas must acknowledge.
+    /// A lease that primary does not serve comes back `None`.
+    async fn renew_on_primary(
+        &self,
+        cluster: &ClusterLink,
+        slot: u16,
+        items: &[(&str, &str, u64)],
+    ) -> RedisResult<Vec<Option<RenewReply>>> {
+        let script = &scripts::RENEW_ANY_SLOT;
+        let mut pipe = redis::Pipeline::with_capacity(items.len() / RENEW_CHUNK + 2);
+        for chunk in items.chunks(RENEW_CHUNK) {
+            let bytes: usize = chunk.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
+            let mut cmd = evalsha(script, 0, 3 * chunk.len(), bytes);
+            for (key, token, ttl_ms) in chunk {
+                cmd.arg(*key).arg(*token).arg(*ttl_ms);
+            }
+            pipe.add_command(cmd);
+        }
+        let calls = items.chunks(RENEW_CHUNK).len();
+        let wait = self.wait_cmd(min_ttl(items));
+        if let Some(wait) = wait.clone() {
+            pipe.add_command(wait);
+        }
+        let count = calls + usize::from(wait.is_some());
+        let route = crate::transport::cluster::route_to_slot(slot);
+        let mut conn = cluster.conn().await?;
+        let call = async {
+            let mut loaded = false;
+            loop {
+                let replies = conn
+                    .route_pipeline(pipe.clone(), 0, count, route.clone())
+                    .await?;
+                let noscript = replies.iter().any(|r| {
+                    matches!(r, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+                });
+                if noscript && !loaded {
+                    script.prepare_invoke().load_async(&mut conn).await?;
+                    loaded = true;
+                    continue;
+                }
+                return Ok(replies);
+            }
+        };
+        let mut replies = bounded(self.settings.response_timeout, call)
+            .await?
+            .into_iter();
+        let mut codes: Vec<i64> = Vec::with_capacity(items.len());
+        for _ in 0..calls {
+            let reply = replies.next().unwrap_or(Value::Nil).extract_error()?;
+            codes.extend(Vec::<i64>::from_redis_value(reply)?);
+        }
+        let acked = match wait {
+            Some(_) => Some(usize::from_redis_value(
+                replies.next().unwrap_or(Value::Nil).extract_error()?,
+            )?),
+            None => None,
+        };
+        Ok(self.renew_replies(codes, acked))
+    }
+}
+
+/// The shortest ttl of a batch of renewals: the one whose margin bounds its `WAIT`.
+fn min_ttl(items: &[(&str, &str, u64)]) -> u64 {
+    items.iter().map(|i| i.2).min().unwrap_or(0)
+}

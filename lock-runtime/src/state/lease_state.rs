@@ -1,0 +1,188 @@
+//! What every part of the engine knows about one held lease, and how long it is known valid.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::plumbing::telemetry::Label;
+use crate::state::status::{Status, StatusCell};
+use crate::{LockError, LostReason};
+
+/// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
+pub(crate) struct LeaseState {
+    pub name: String,
+    pub key: String,
+    pub token: String,
+    /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
+    fence: AtomicU64,
+    /// The fence counter is written at release (the lease came by the plain-command path).
+    pub record_fence: bool,
+    pub ttl: Duration,
+    pub renew: Duration,
+    pub drift: Duration,
+    /// When the acquire request was sent: validity and `min_hold` count from here.
+    pub started: Instant,
+    pub min_hold: Duration,
+    /// The name's template, for metrics (see `LockOptions::with_template`).
+    pub template: Option<&'static str>,
+    pub status: StatusCell,
+    /// Set once the lease is released or dropped: nothing renews it any more.
+    ended: AtomicBool,
+    /// Where the sections nested directly in the outermost call take turns (see `held`).
+    pub sections: tokio::sync::Mutex<()>,
+}
+
+/// The parts of a lease fixed at acquire time.
+pub(crate) struct Granted {
+    pub name: String,
+    pub key: String,
+    pub token: String,
+    pub fence: u64,
+    pub record_fence: bool,
+    pub ttl: Duration,
+    /// How long the key was set for by the request sent at `started`: the ttl, or the waiter's
+    /// grace for a lock granted by a release (extended to the ttl by the first renewal).
+    pub set_for: Duration,
+    pub renew: Duration,
+    pub min_hold: Duration,
+    pub started: Instant,
+    pub template: Option<&'static str>,
+}
+
+impl LeaseState {
+    /// A lease valid until `started + set_for - drift`.
+    pub(crate) fn new(g: Granted) -> Self {
+        let drift = crate::drift(g.ttl);
+        let status = StatusCell::new(Status {
+            valid_until: g.started + g.set_for.saturating_sub(crate::drift(g.set_for)),
+            lost: None,
+        });
+        Self {
+            name: g.name,
+            key: g.key,
+            token: g.token,
+            fence: AtomicU64::new(g.fence),
+            record_fence: g.record_fence,
+            ttl: g.ttl,
+            renew: g.renew,
+            drift,
+            started: g.started,
+            min_hold: g.min_hold,
+            template: g.template,
+            status,
+            ended: AtomicBool::new(false),
+            sections: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The fencing token; 0 for a lease taken without one, until a nested call computes it.
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence.load(Ordering::Acquire)
+    }
+
+    /// Records a fence computed for a lease taken without one; the first one recorded stays
+    /// (two nested calls at once may each compute one, and each wrote the counter). Returns the
+    /// fence the lease has now.
+    pub(crate) fn set_fence(&self, fence: u64) -> u64 {
+        match self
+            .fence
+            .compare_exchange(0, fence, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => fence,
+            Err(first) => first,
+        }
+    }
+
+    /// The `lock` label of this lease's metrics and events.
+    pub(crate) fn label(&self) -> Label<'_> {
+        Label {
+            template: self.template,
+            name: &self.name,
+        }
+    }
+
+    pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        LockError::Lost {
+            name: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// Records a renewal whose request was sent at `sent`; false when the lease is lost. Loss
+    /// is final: a confirmation that arrives after the lease's validity ran out does not revive
+    /// it (someone else may have taken the key in between); the lease is then marked lost.
+    pub(crate) fn confirm(&self, sent: Instant) -> bool {
+        let until = sent + self.ttl - self.drift;
+        let now = Instant::now();
+        let mut lost_now = false;
+        self.status.send_if_modified(|s| {
+            if s.lost.is_some() {
+                false
+            } else if now >= s.valid_until {
+                s.lost = Some(LostReason::ValidityExpired);
+                lost_now = true;
+                true
+            } else if until > s.valid_until {
+                s.valid_until = until;
+                true
+            } else {
+                false
+            }
+        });
+        if lost_now {
+            crate::plumbing::telemetry::lost(self.label(), LostReason::ValidityExpired);
+        } else if self.status.get().lost.is_none() {
+            crate::plumbing::telemetry::renewed(self.label(), sent.elapsed());
+        }
+        self.status.get().lost.is_none()
+    }
+
+    /// Records the loss (once: loss is final); the first report is logged and counted.
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let first = self.status.send_if_modified(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first && !self.is_ended() {
+            crate::plumbing::telemetry::lost(self.label(), reason);
+        }
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.status.get().valid_until
+    }
+
+    /// Marks the lease released or dropped; true the first time. Whoever waits on the lease's
+    /// standing (`Lease::lost` on a handle that outlived it) is woken.
+    pub(crate) fn end(&self) -> bool {
+        let first = !self.ended.swap(true, Ordering::AcqRel);
+        if first {
+            crate::plumbing::telemetry::ended(self.label(), self.started);
+            self.status.send_if_modified(|_| true);
+        }
+        first
+    }
+
+    pub(crate) fn is_ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// How long a release must keep the key: the rest of `min_hold`, rounded up so that the key
+    /// never goes before it; 0 means delete.
+    pub(crate) fn keep_ms(&self) -> u64 {
+        if self.min_hold.is_zero() {
+            return 0;
+        }
+        let keep = (self.started + self.min_hold).saturating_duration_since(Instant::now());
+        if keep.is_zero() {
+            0
+        } else {
+            keep.as_millis() as u64 + 1
+        }
+    }
+}

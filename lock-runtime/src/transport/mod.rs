@@ -1,0 +1,8 @@
+//! How a request reaches one logical Redis server: connection settings and bounds, a direct
+//! connection, a Redis Cluster (slots, MOVED and ASK), or the primary that Sentinel names.
+
+pub(crate) mod cluster;
+pub(crate) mod connect;
+pub(crate) mod link;
+pub(crate) mod sentinel;
+pub(crate) mod slot;
