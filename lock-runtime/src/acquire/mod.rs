@@ -1,6 +1,7 @@
 //! Taking a lock: one attempt on the deployment, and waiting for a release.
 
 pub(crate) mod queue;
+mod schedule;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::queue::{QueuePlace, StaleHeads};
+use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
 use crate::deployment::{Acquired, Ask, Late, Quorum};
 use crate::hold::watchdog::Watchdog;
 use crate::model::keys::Keys;
@@ -61,6 +63,49 @@ enum Attempt {
     Expired,
 }
 
+/// One call's wait, across its attempts.
+struct Wait<'a> {
+    keys: Keys,
+    opts: &'a LockOptions,
+    /// The lock's name, moved into the lease when one is handed out.
+    name: Option<String>,
+    begun: Instant,
+    until: Instant,
+    /// The caller's place in the fair queue (one server, `wait > 0`).
+    place: Option<QueuePlace>,
+    /// Release notifications, from the first busy attempt on.
+    subscriptions: Option<Vec<(usize, Subscription)>>,
+    backoff: Backoff,
+    /// The first attempt counts from `begun`.
+    first_sent: Option<Instant>,
+}
+
+impl Wait<'_> {
+    fn lock_name(&self) -> &str {
+        self.name.as_deref().unwrap_or_default()
+    }
+
+    /// The answer of a wait that ran out.
+    fn busy(&self) -> LockError {
+        LockError::Busy {
+            name: self.lock_name().to_owned(),
+            waited: self.begun.elapsed(),
+        }
+    }
+}
+
+/// What one turn of the wait loop came to.
+enum Turn {
+    Done(Result<Lease, LockError>),
+    /// Try again at once.
+    Again,
+    /// Held elsewhere: see [`Attempt::Busy`].
+    Busy {
+        retry: Option<Duration>,
+        nodes: Vec<usize>,
+    },
+}
+
 /// An acquire request that may have set the key and whose outcome is not settled yet. If it is
 /// dropped armed (the caller's future was dropped, timed out or aborted mid-request), it sends a
 /// compare-and-delete of its token to every server. Sent on the same connection right after the
@@ -111,177 +156,185 @@ impl Acquirer {
         name: String,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
+        let mut wait = self.begin(key, name, opts);
+        if self.contended_lately(&wait) {
+            // It is listened to at once, and its first attempt queues. Boxed, as the
+            // subscription in `after_busy`: only a waiter pays for its future's size.
+            let subs = Box::pin(self.subscribe(&wait.keys, wait.lock_name(), wait.place.as_ref()));
+            wait.subscriptions = Some(subs.await);
+        }
+        let result = loop {
+            let (retry, nodes) = match self.turn(&mut wait).await {
+                Turn::Done(result) => break result,
+                Turn::Again => continue,
+                Turn::Busy { retry, nodes } => (retry, nodes),
+            };
+            if let Some(result) = self.after_busy(&mut wait, retry, nodes).await {
+                break result;
+            }
+        };
+        self.finish(wait, result).await
+    }
+
+    /// A wait that begins now: in the fair queue when it is one server and the caller waits.
+    fn begin<'a>(&self, key: String, name: String, opts: &'a LockOptions) -> Wait<'a> {
         let keys = self.quorum.keys(key);
-        // One server and a wait: queue up, so that the lock goes to waiters in arrival order.
-        let mut place = match self.quorum.queue_node() {
+        let place = match self.quorum.queue_node() {
             Some(node) if !opts.wait().is_zero() => {
                 Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
             }
             _ => None,
         };
         let begun = Instant::now();
-        // A wait too long for the clock to count to is a wait as long as it takes.
-        let wait_until = begun
-            .checked_add(opts.wait())
-            .unwrap_or_else(|| begun + FOREVER);
-        let mut backoff = Duration::from_millis(10);
-        let mut error_backoff = Duration::from_millis(5);
-        // A connection found gone is tried again once, at once (see below).
-        let mut reconnected = false;
-        let mut name = Some(name);
-        let mut first_sent = Some(begun);
-        // A lock this locker waited on within the last second still has its channels
-        // subscribed (see `pubsub::LINGER`): it was contended then, so this caller listens at
-        // once, at no cost, and its first attempt queues, instead of a plain attempt first.
-        let mut subscriptions: Option<Vec<(usize, Subscription)>> = match &place {
-            Some(place)
-                if place.node().subscribed(|| {
-                    let channel = keys.channel();
-                    [channel.to_string(), format!("{channel}:{}", self.grants)]
-                }) =>
-            {
-                // Boxed, as the subscription below: only a waiter pays for its future's size.
-                let lock_name = name.as_deref().unwrap_or_default();
-                Some(Box::pin(self.subscribe(&keys, lock_name, Some(place))).await)
-            }
+        Wait {
+            // A wait too long for the clock to count to is a wait as long as it takes.
+            until: begun
+                .checked_add(opts.wait())
+                .unwrap_or_else(|| begun + FOREVER),
+            keys,
+            opts,
+            name: Some(name),
+            begun,
+            place,
+            subscriptions: None,
+            backoff: Backoff::new(),
+            first_sent: Some(begun),
+        }
+    }
+
+    /// Whether this locker waited on the lock within the last second: its channels are still
+    /// subscribed then (see `pubsub::LINGER`), so the lock was contended, and listening costs
+    /// nothing.
+    fn contended_lately(&self, wait: &Wait<'_>) -> bool {
+        wait.place.as_ref().is_some_and(|place| {
+            place.node().subscribed(|| {
+                let channel = wait.keys.channel();
+                [channel.to_string(), format!("{channel}:{}", self.grants)]
+            })
+        })
+    }
+
+    /// One attempt, bounded, and what its outcome means for the wait. A failed request is
+    /// retried as [`Backoff::after_error`] says (after its pause, within the wait).
+    async fn turn(&self, wait: &mut Wait<'_>) -> Turn {
+        // Only messages from now on tell something about the coming attempt.
+        for (_, sub) in wait.subscriptions.iter_mut().flatten() {
+            sub.rx.borrow_and_update();
+        }
+        // A fresh token for every attempt: it is also the attempt's nonce in the queue.
+        let token = crate::model::holder::value(&self.suffix);
+        // A waiter queues from its second attempt on: by then it listens for releases, and its
+        // grace comes from round trips measured on this very wait. An uncontended call never
+        // touches the queue.
+        let waiter = match (&mut wait.place, &wait.subscriptions) {
+            (Some(place), Some(_)) => Some(place.join(&token)),
             _ => None,
         };
-        let result = loop {
-            // Only messages from now on tell something about the coming attempt.
-            for (_, sub) in subscriptions.iter_mut().flatten() {
-                sub.rx.borrow_and_update();
-            }
-            // A fresh token for every attempt: it is also the attempt's nonce in the queue.
-            let token = crate::model::holder::value(&self.suffix);
-            // A waiter queues from its second attempt on: by then it listens for releases, and
-            // its grace comes from round trips measured on this very wait. An uncontended call
-            // never touches the queue.
-            let waiter = match (&mut place, &subscriptions) {
-                (Some(place), Some(_)) => Some(place.join(&token)),
-                _ => None,
-            };
-            // Each attempt is bounded, connecting included: a server that accepts connections
-            // but never answers cannot stretch the call past `wait` plus one response timeout
-            // (on Redlock three: the grants, raising fences, cleaning up a failed attempt are
-            // each bounded by one). On one server this is also the only bound of the
-            // plain-command request.
-            let bound = self.quorum.attempt_bound(opts.validity());
-            // One clock read: the attempt's bound and its validity count from here (the first
-            // attempt's from `begun`, a few µs earlier: its validity is, if anything, shorter).
-            let sent = first_sent.take().unwrap_or_else(Instant::now);
-            // Awaited where it is made: bound to a local first, the attempt's future would be
-            // kept twice in this one.
-            let outcome = match self
-                .quorum
-                .deadlines()
-                .bound(
-                    sent + bound,
-                    self.attempt(&mut name, &keys, token, waiter, opts, sent),
-                )
-                .await
-                .unwrap_or_else(|_| Err(self.no_reply(&name, bound)))
-            {
-                Ok(outcome) => outcome,
-                // The connection was gone before the request (its runtime shut down, or the
-                // server restarted) and redis-rs is making it again: one more attempt at once,
-                // `wait = 0` included. The failed attempt has undone what it did.
-                Err(LockError::Redis { ref source, .. })
-                    if source.is_connection_dropped() && !reconnected =>
-                {
-                    reconnected = true;
-                    continue;
-                }
-                // No majority this time, or the one server failed: within `wait`, try again
-                // after a short, growing, jittered pause; when the wait runs out, this error is
-                // the answer. With `wait = 0` it is returned at once. A bad key is never retried.
-                Err(
-                    e @ (LockError::QuorumUnavailable { .. }
-                    | LockError::NotReplicated { .. }
-                    | LockError::Redis { .. }),
-                ) if !opts.wait().is_zero() => {
-                    error_backoff = (error_backoff * 2).min(Duration::from_millis(200));
-                    let retry_at = Instant::now() + error_backoff + jitter(error_backoff);
-                    tokio::time::sleep_until(retry_at.min(wait_until)).await;
-                    if Instant::now() >= wait_until {
-                        break Err(e);
+        // Each attempt is bounded, connecting included: a server that accepts connections but
+        // never answers cannot stretch the call past `wait` plus one response timeout (on
+        // Redlock three: the grants, raising fences, cleaning up a failed attempt are each
+        // bounded by one). On one server this is also the only bound of the plain-command
+        // request.
+        let bound = self.quorum.attempt_bound(wait.opts.validity());
+        // One clock read: the attempt's bound and its validity count from here (the first
+        // attempt's from `begun`, a few µs earlier: its validity is, if anything, shorter).
+        let sent = wait.first_sent.take().unwrap_or_else(Instant::now);
+        // Awaited where it is made: bound to a local first, the attempt's future would be kept
+        // twice in this one.
+        let outcome = self
+            .quorum
+            .deadlines()
+            .bound(
+                sent + bound,
+                self.attempt(&mut wait.name, &wait.keys, token, waiter, wait.opts, sent),
+            )
+            .await
+            .unwrap_or_else(|_| Err(self.no_reply(&wait.name, bound)));
+        match outcome {
+            Ok(Attempt::Taken(lease)) => Turn::Done(Ok(lease)),
+            Ok(Attempt::Busy { retry, nodes }) => Turn::Busy { retry, nodes },
+            Ok(Attempt::Expired) => Turn::Busy {
+                retry: Some(Duration::ZERO),
+                nodes: Vec::new(),
+            },
+            Err(e) => match wait.backoff.after_error(&e, !wait.opts.wait().is_zero()) {
+                AfterError::Reconnect => Turn::Again,
+                AfterError::Pause(pause) => {
+                    let retry_at = Instant::now() + pause + jitter(pause);
+                    tokio::time::sleep_until(retry_at.min(wait.until)).await;
+                    match Instant::now() >= wait.until {
+                        true => Turn::Done(Err(e)),
+                        false => Turn::Again,
                     }
-                    continue;
                 }
-                Err(e) => break Err(e),
-            };
-            let (retry_after, busy_nodes) = match outcome {
-                Attempt::Taken(lease) => break Ok(lease),
-                Attempt::Busy { retry, nodes } => (retry, nodes),
-                Attempt::Expired => (Some(Duration::ZERO), Vec::new()),
-            };
-            let now = Instant::now();
-            let busy = |name: &Option<String>| LockError::Busy {
-                name: name.clone().unwrap_or_default(),
-                waited: begun.elapsed(),
-            };
-            if opts.wait().is_zero() || now >= wait_until {
-                break Err(busy(&name));
-            }
-            if subscriptions.is_none() {
-                // Subscribe before the next try, so that a release between the try and the wait
-                // is still seen. Without pub/sub, the PTTL timer below still wakes us.
-                let lock_name = name.as_deref().unwrap_or_default();
-                subscriptions =
-                    Some(Box::pin(self.subscribe(&keys, lock_name, place.as_ref())).await);
-                continue;
-            }
-            let mut retry_at = match retry_after {
-                Some(pttl) => now + pttl + jitter(pttl),
-                None => {
-                    // No TTL on the key (not set by this library): back off; release messages
-                    // still wake us.
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                    now + backoff
-                }
-            };
-            if let Some(place) = &place {
-                // Come back within the grace, or lose the place in the queue.
-                retry_at = retry_at.min(now + place.waiter.grace / 3);
-            }
-            if let Some(poll) = self.poll {
-                // The holder may be a client that does not publish its release.
-                retry_at = retry_at.min(now + poll + jitter(poll));
-            }
-            let subs = subscriptions.as_mut().expect("subscribed above");
-            let woke = Box::pin(async {
-                tokio::select! {
-                    () = tokio::time::sleep_until(retry_at.min(wait_until)) => None,
-                    wake = any_changed(subs, &busy_nodes) => Some(wake),
-                }
-            })
-            .await;
-            // Granted by the release itself: ours without another round trip.
-            if let (Some(Wake::Granted(grant)), Some(place)) = (&woke, &place)
-                && let Some(lease) = self.take_grant(&mut name, &keys, place, grant, opts)
-            {
-                break Ok(lease);
-            }
-            if Instant::now() >= wait_until {
-                break Err(busy(&name));
-            }
+                AfterError::Fail => Turn::Done(Err(e)),
+            },
+        }
+    }
+
+    /// After an attempt found the lock busy: subscribes first (so that a release between the
+    /// attempt and the wait is still seen), then sleeps until a release from one of the busy
+    /// `nodes` or the retry time. `Some` with the answer when the wait is over or the release
+    /// granted the lock to this waiter; `None` to try again.
+    async fn after_busy(
+        &self,
+        wait: &mut Wait<'_>,
+        retry: Option<Duration>,
+        nodes: Vec<usize>,
+    ) -> Option<Result<Lease, LockError>> {
+        let (now, until) = (Instant::now(), wait.until);
+        if wait.opts.wait().is_zero() || now >= until {
+            return Some(Err(wait.busy()));
+        }
+        let Some(subs) = wait.subscriptions.as_mut() else {
+            // Without pub/sub, the ttl timer below still wakes us.
+            let subs = Box::pin(self.subscribe(&wait.keys, wait.lock_name(), wait.place.as_ref()));
+            wait.subscriptions = Some(subs.await);
+            return None;
         };
-        match &result {
-            Ok(lease) => {
-                crate::plumbing::telemetry::acquired(lease.state.label(), lease.fence(), begun);
+        let after = match retry {
+            Some(pttl) => pttl + jitter(pttl),
+            None => wait.backoff.without_ttl(),
+        };
+        let grace = wait.place.as_ref().map(|place| place.waiter.grace);
+        let poll = self.poll.map(|poll| poll + jitter(poll));
+        let retry_at = now + retry_delay(after, grace, poll);
+        let woke = Box::pin(async {
+            tokio::select! {
+                () = tokio::time::sleep_until(retry_at.min(until)) => None,
+                wake = any_changed(subs, &nodes) => Some(wake),
             }
-            Err(LockError::Busy { name, waited }) => crate::plumbing::telemetry::busy(
-                crate::plumbing::telemetry::Label {
-                    template: opts.template(),
-                    name,
-                },
-                *waited,
-            ),
+        })
+        .await;
+        // Granted by the release itself: ours without another round trip.
+        if let (Some(Wake::Granted(grant)), Some(place)) = (&woke, &wait.place)
+            && let Some(lease) =
+                self.take_grant(&mut wait.name, &wait.keys, place, grant, wait.opts)
+        {
+            return Some(Ok(lease));
+        }
+        (Instant::now() >= until).then(|| Err(wait.busy()))
+    }
+
+    /// Reports the outcome, and settles the place in the queue: the acquire script removed it
+    /// when we got the lock; a wait that ran out leaves now; after any other error the place's
+    /// drop leaves in the background, so the caller does not wait on a server that may not
+    /// answer.
+    async fn finish(
+        &self,
+        wait: Wait<'_>,
+        result: Result<Lease, LockError>,
+    ) -> Result<Lease, LockError> {
+        use crate::plumbing::telemetry;
+        match &result {
+            Ok(lease) => telemetry::acquired(lease.state.label(), lease.fence(), wait.begun),
+            Err(LockError::Busy { name, waited }) => {
+                let template = wait.opts.template();
+                telemetry::busy(telemetry::Label { template, name }, *waited)
+            }
             Err(_) => {}
         }
-        // The place in the queue: the acquire script removed it when we got the lock; a wait
-        // that ran out leaves now; after any other error the place's drop leaves in the
-        // background, so the caller does not wait on a server that may not answer.
-        match (&result, place) {
+        match (&result, wait.place) {
             (Ok(_), Some(place)) => place.taken(),
             (Err(LockError::Busy { .. }), Some(place)) => Box::pin(place.leave()).await,
             _ => {}
@@ -522,11 +575,4 @@ async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) -> Wake
             .await
         }
     }
-}
-
-/// Up to 5 ms + 1/20 of the wait, so waiters that saw the same PTTL do not retry in lockstep.
-fn jitter(pttl: Duration) -> Duration {
-    let spread = Duration::from_millis(5) + pttl / 20;
-    let r = crate::model::random::up_to(spread.as_micros() as u64);
-    Duration::from_micros(r)
 }
