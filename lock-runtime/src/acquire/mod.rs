@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
-use crate::deployment::{Acquired, Ask, Late, Quorum};
+use crate::deployment::{Acquired, Ask, Deployment, Late};
 use crate::hold::watchdog::Watchdog;
 use crate::model::keys::Keys;
 use crate::server::Waiter;
@@ -24,7 +24,7 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// Everything a locker needs to hand out leases: its deployment, its renewal schedule and the
 /// queue heads it saw.
 pub(crate) struct Acquirer {
-    pub(crate) quorum: Arc<Quorum>,
+    pub(crate) deployment: Arc<Deployment>,
     watchdog: Watchdog,
     stale_heads: StaleHeads,
     /// Who this process is, at the end of every value it writes (see `holder`).
@@ -112,7 +112,7 @@ enum Turn {
 /// request, it reaches the server after it: the key, if the request set it, is gone about one
 /// round trip later instead of at the end of its ttl.
 struct InFlight<'a> {
-    quorum: &'a Arc<Quorum>,
+    deployment: &'a Arc<Deployment>,
     keys: &'a Keys,
     token: &'a str,
     armed: bool,
@@ -128,19 +128,19 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
-            self.quorum.forget(self.keys, self.token);
+            self.deployment.forget(self.keys, self.token);
         }
     }
 }
 
 impl Acquirer {
-    pub(crate) fn new(quorum: Arc<Quorum>, suffix: String, poll: Option<Duration>) -> Self {
+    pub(crate) fn new(deployment: Arc<Deployment>, suffix: String, poll: Option<Duration>) -> Self {
         // Hex digits: the release script finds the id with Lua's `%w`.
         let mut grants = String::with_capacity(16);
         crate::model::random::push_hex(&mut grants, 16);
         Self {
-            watchdog: Watchdog::new(Arc::clone(&quorum)),
-            quorum,
+            watchdog: Watchdog::new(Arc::clone(&deployment)),
+            deployment,
             stale_heads: StaleHeads::default(),
             waiter_suffix: format!("{suffix};grants={grants}"),
             suffix,
@@ -178,8 +178,8 @@ impl Acquirer {
 
     /// A wait that begins now: in the fair queue when it is one server and the caller waits.
     fn begin<'a>(&self, key: String, name: String, opts: &'a LockOptions) -> Wait<'a> {
-        let keys = self.quorum.keys(key);
-        let place = match self.quorum.queue_node() {
+        let keys = self.deployment.keys(key);
+        let place = match self.deployment.queue_node() {
             Some(node) if !opts.wait().is_zero() => {
                 Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
             }
@@ -235,21 +235,21 @@ impl Acquirer {
         // Redlock three: the grants, raising fences, cleaning up a failed attempt are each
         // bounded by one). On one server this is also the only bound of the plain-command
         // request.
-        let bound = self.quorum.attempt_bound(wait.opts.validity());
+        let bound = self.deployment.attempt_bound(wait.opts.validity());
         // One clock read: the attempt's bound and its validity count from here (the first
         // attempt's from `begun`, a few µs earlier: its validity is, if anything, shorter).
         let sent = wait.first_sent.take().unwrap_or_else(Instant::now);
         // Awaited where it is made: bound to a local first, the attempt's future would be kept
         // twice in this one.
         let outcome = self
-            .quorum
+            .deployment
             .deadlines()
             .bound(
                 sent + bound,
                 self.attempt(&mut wait.name, &wait.keys, token, waiter, wait.opts, sent),
             )
             .await
-            .unwrap_or_else(|_| Err(self.no_reply(&wait.name, bound)));
+            .unwrap_or_else(|_| Err(self.deployment.no_reply(wait.lock_name(), bound)));
         match outcome {
             Ok(Attempt::Taken(lease)) => Turn::Done(Ok(lease)),
             Ok(Attempt::Busy { retry, nodes }) => Turn::Busy { retry, nodes },
@@ -353,9 +353,9 @@ impl Acquirer {
     ) -> Vec<(usize, Subscription)> {
         let channel = keys.channel().to_string();
         let waiter = place.map(|p| p.waiter.id.as_str());
-        let all = self.quorum.subscribe_all(&channel, name, waiter);
+        let all = self.deployment.subscribe_all(&channel, name, waiter);
         let grants = async {
-            match (self.quorum.queue_node(), waiter) {
+            match (self.deployment.queue_node(), waiter) {
                 (Some(node), Some(waiter)) => {
                     let channel = format!("{channel}:{}", self.grants);
                     Some(node.subscribe(&channel, Some(waiter)).await.0)
@@ -366,27 +366,6 @@ impl Acquirer {
         let (mut subs, grants) = tokio::join!(all, grants);
         subs.extend(grants.map(|sub| (0, sub)));
         subs
-    }
-
-    /// The error of an attempt that got no answer within `bound`.
-    fn no_reply(&self, name: &Option<String>, bound: Duration) -> LockError {
-        let name = name.as_deref().unwrap_or_default();
-        let why = format!("the server accepted the connection but did not answer within {bound:?}");
-        match self.quorum.nodes() {
-            [node] => node.redis_error(
-                name,
-                redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::TimedOut, why)),
-            ),
-            nodes => LockError::QuorumUnavailable {
-                name: name.to_owned(),
-                got: 0,
-                needed: self.quorum.needed(),
-                failures: nodes
-                    .iter()
-                    .map(|n| (n.addr().to_owned(), why.clone()))
-                    .collect(),
-            },
-        }
     }
 
     /// The lease a release granted to `place`'s last attempt, if `grant` is that (and this
@@ -404,7 +383,7 @@ impl Acquirer {
         let (token, sent) = place.last.as_ref()?;
         if grant.waiter != place.waiter.id
             || grant.token != *token
-            || self.quorum.nodes()[0].waits_for_replicas()
+            || place.node().waits_for_replicas()
         {
             return None;
         }
@@ -413,7 +392,7 @@ impl Acquirer {
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
         if Instant::now() >= *sent + grace.saturating_sub(crate::drift(grace)) {
-            self.quorum.forget(keys, token);
+            self.deployment.forget(keys, token);
             return None;
         }
         let granted = Taken {
@@ -450,14 +429,14 @@ impl Acquirer {
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {
-            quorum: &self.quorum,
+            deployment: &self.deployment,
             keys,
             token: &token,
             armed: true,
         };
         // A failed attempt has cleaned up after itself by the time it returns.
         let (fence, record_fence, granted, late) =
-            match self.quorum.acquire(lock_name, keys, &ask).await {
+            match self.deployment.acquire(lock_name, keys, &ask).await {
                 Ok(Acquired::Granted {
                     fence,
                     record_fence,
@@ -483,9 +462,9 @@ impl Acquirer {
             };
         self.stale_heads.forget(&keys.key);
         if Instant::now() >= sent + validity {
-            let limit = self.quorum.nodes()[0].response_timeout().min(validity);
+            let limit = self.deployment.response_timeout().min(validity);
             Box::pin(
-                self.quorum
+                self.deployment
                     .abandon(keys, &token, &granted, Vec::new(), late, limit),
             )
             .await;
@@ -539,8 +518,8 @@ impl Acquirer {
         let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), renewing);
         if late.has_late() {
-            let quorum = Arc::clone(&self.quorum);
-            tokio::spawn(async move { quorum.settle_late_grants(state, late).await });
+            let deployment = Arc::clone(&self.deployment);
+            tokio::spawn(async move { deployment.settle_late_grants(state, late).await });
         }
         lease
     }

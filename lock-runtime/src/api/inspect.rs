@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::model::keys::Keys;
-use crate::server::{Node, Release};
+use crate::server::Node;
 use crate::{Holder, LockError, Locker};
 
 /// Most locks [`Locker::list`] returns.
@@ -152,11 +152,12 @@ impl Locker {
     /// On Redlock, the value a majority of nodes hold (with the least time left among them).
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let key = self.key_of(name);
-        let quorum = &self.acquirer().quorum;
-        let keys = quorum.keys(key.clone());
-        let views =
-            crate::plumbing::fanout::join_all_values(quorum.nodes().iter().map(|n| view(n, &keys)))
-                .await;
+        let deployment = &self.acquirer().deployment;
+        let keys = deployment.keys(key.clone());
+        let views = crate::plumbing::fanout::join_all_values(
+            deployment.nodes().iter().map(|n| view(n, &keys)),
+        )
+        .await;
         let mut held: HashMap<String, (usize, i64, Vec<String>)> = HashMap::new();
         let mut fence: Option<String> = None;
         let mut answered = 0;
@@ -179,7 +180,7 @@ impl Locker {
                 Err(e) => last_error = Some(e),
             }
         }
-        if answered < quorum.needed() {
+        if answered < deployment.needed() {
             return Err(last_error.map_or_else(
                 || LockError::config(name, "no node answered"),
                 |e| e.for_lock(name),
@@ -187,7 +188,7 @@ impl Locker {
         }
         let best = held.into_iter().max_by_key(|(_, (count, _, _))| *count);
         Ok(best
-            .filter(|(_, (count, _, _))| *count >= quorum.needed())
+            .filter(|(_, (count, _, _))| *count >= deployment.needed())
             .map(|(value, (_, pttl, queue))| LockInfo::read(name, &key, value, pttl, fence, queue)))
     }
 
@@ -196,9 +197,9 @@ impl Locker {
     /// then each is inspected.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
         let glob = self.key_format().glob(self.prefix(), pattern);
-        let quorum = Arc::clone(&self.acquirer().quorum);
+        let deployment = Arc::clone(&self.acquirer().deployment);
         let mut names = std::collections::BTreeSet::new();
-        for node in quorum.nodes() {
+        for node in deployment.nodes() {
             let keys = node
                 .scan(&glob, LIST_LIMIT)
                 .await
@@ -220,30 +221,9 @@ impl Locker {
     /// meanwhile (nothing was touched). The holder, if alive, learns at its next renewal that
     /// it lost the lock, and its body is cancelled.
     pub async fn force_release(&self, name: &str, value: &str) -> Result<bool, LockError> {
-        let quorum = &self.acquirer().quorum;
-        let keys = quorum.keys(self.key_of(name));
-        let how = Release {
-            keep_ms: 0,
-            always_publish: quorum.nodes().len() > 1,
-            record_fence: 0,
-            fence_retention_ms: 0,
-            // The value seen may carry the waiters' mark: the waiters are served either way.
-            look_at_queue: true,
-        };
-        let results = crate::plumbing::fanout::join_all_values(
-            quorum.nodes().iter().map(|n| n.release(&keys, value, &how)),
-        )
-        .await;
-        let mut deleted = 0;
-        for (node, r) in quorum.nodes().iter().zip(results) {
-            match r {
-                Ok(true) => deleted += 1,
-                Ok(false) => {}
-                Err(e) if quorum.nodes().len() == 1 => return Err(node.redis_error(name, e)),
-                Err(_) => {}
-            }
-        }
-        Ok(deleted >= quorum.needed())
+        let deployment = &self.acquirer().deployment;
+        let keys = deployment.keys(self.key_of(name));
+        deployment.force_release(name, &keys, value).await
     }
 
     /// The lock name of a key of this locker, `None` for its other keys (fence, queue).

@@ -21,7 +21,7 @@ struct Inner {
 
 impl std::fmt::Debug for Locker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let nodes = self.inner.acquirer.quorum.nodes();
+        let nodes = self.inner.acquirer.deployment.nodes();
         let addrs: Vec<&str> = nodes.iter().map(|n| n.addr()).collect();
         f.debug_struct("Locker")
             .field("nodes", &addrs)
@@ -55,9 +55,10 @@ impl Locker {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    /// How many nodes must grant a lock: `N/2 + 1`.
-    pub fn quorum(&self) -> usize {
-        self.inner.acquirer.quorum.needed()
+    /// How many servers must grant a lock: 1 on one server, a Redis Cluster or Sentinel's
+    /// primary; a majority `N/2 + 1` of Redlock's N.
+    pub fn grants_needed(&self) -> usize {
+        self.inner.acquirer.deployment.needed()
     }
 
     /// The key prefix.
@@ -72,7 +73,7 @@ impl Locker {
 
     /// PINGs every node (all at once); fails unless a majority answers.
     pub async fn check_connection(&self) -> Result<(), LockError> {
-        self.inner.acquirer.quorum.check().await
+        self.inner.acquirer.deployment.check().await
     }
 
     /// Takes the lock `name`, waiting up to `opts.wait` for a busy one. The lease is renewed in the
@@ -216,9 +217,9 @@ impl Locker {
         held: Arc<crate::state::lease_state::LeaseState>,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
-        let quorum = &self.inner.acquirer.quorum;
+        let deployment = &self.inner.acquirer.deployment;
         if opts.fenced() {
-            quorum.fence_for(&held).await?;
+            deployment.fence_for(&held).await?;
         }
         Ok(Lease::nested(held))
     }

@@ -127,7 +127,7 @@ impl Lease {
         };
         // Marked only once done: if this future is dropped mid-way, the lease's drop releases
         // in the background (compare-and-delete twice is harmless).
-        let mut out = renewing.quorum().release(&self.state).await;
+        let mut out = renewing.deployment().release(&self.state).await;
         self.released = true;
         released(&self.state, &mut out);
         out
@@ -154,9 +154,10 @@ impl Drop for Lease {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let (quorum, state) = (Arc::clone(renewing.quorum()), Arc::clone(&self.state));
+                let (deployment, state) =
+                    (Arc::clone(renewing.deployment()), Arc::clone(&self.state));
                 handle.spawn(async move {
-                    let mut out = quorum.release(&state).await;
+                    let mut out = deployment.release(&state).await;
                     released(&state, &mut out);
                 });
             }

@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
-use crate::deployment::{Quorum, Renewal};
+use crate::deployment::{Deployment, Renewal};
 use crate::state::lease_state::LeaseState;
 
 /// How long an idle task waits for new leases before it stops: a steady acquire/release loop
@@ -37,7 +37,7 @@ pub(crate) struct Watchdog {
 }
 
 struct Shared {
-    quorum: Arc<Quorum>,
+    deployment: Arc<Deployment>,
     schedule: Mutex<Schedule>,
     wake: Notify,
 }
@@ -121,8 +121,8 @@ pub(crate) struct Renewing {
 
 impl Renewing {
     /// The servers of the lease's locker.
-    pub(crate) fn quorum(&self) -> &Arc<Quorum> {
-        &self.shared.quorum
+    pub(crate) fn deployment(&self) -> &Arc<Deployment> {
+        &self.shared.deployment
     }
 
     /// Takes the lease out of the schedule; once only.
@@ -277,10 +277,10 @@ impl Drop for Outstanding {
 }
 
 impl Watchdog {
-    pub(crate) fn new(quorum: Arc<Quorum>) -> Self {
+    pub(crate) fn new(deployment: Arc<Deployment>) -> Self {
         Self {
             shared: Arc::new(Shared {
-                quorum,
+                deployment,
                 schedule: Mutex::default(),
                 wake: Notify::new(),
             }),
@@ -336,7 +336,7 @@ async fn run(mut guard: RunningGuard) {
                 drop(s);
                 idle_since = None;
                 let chunks = batch
-                    .chunks(shared.quorum.renew_chunk())
+                    .chunks(shared.deployment.renew_chunk())
                     .map(|chunk| Outstanding {
                         shared: Arc::clone(&shared),
                         leases: chunk.to_vec(),
@@ -420,7 +420,7 @@ async fn renew_chunk(mut outstanding: Outstanding) {
             .collect(),
     );
     let shared = Arc::clone(&outstanding.shared);
-    let verdicts = shared.quorum.renew(&leases).await;
+    let verdicts = shared.deployment.renew(&leases).await;
     // Decided: no longer the drop's to put back.
     let chunk = std::mem::take(&mut outstanding.leases);
     let mut s = shared.schedule.lock().expect("watchdog lock");

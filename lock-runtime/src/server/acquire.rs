@@ -173,7 +173,7 @@ impl Node {
     /// its release grants the lock to the first waiter (see `scripts::ACQUIRE`).
     ///
     /// Not bounded here: its one caller bounds the whole attempt, this request included (see
-    /// `Quorum::attempt_bound`), so the request needs no timer of its own. `sent`: when that
+    /// `Deployment::attempt_bound`), so the request needs no timer of its own. `sent`: when that
     /// attempt began, which the round trip recorded here counts from (no clock read of its own).
     pub(crate) async fn acquire_fast(
         &self,

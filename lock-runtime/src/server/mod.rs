@@ -66,7 +66,7 @@ pub(crate) struct Release {
     pub fence_retention_ms: u64,
     /// Look at the waiter queue even if no waiter marked the value: an undo of a key the
     /// plain-command path took, which does not know whether waiters queue (see
-    /// `Quorum::acquire`).
+    /// `Deployment::acquire`).
     pub look_at_queue: bool,
 }
 

@@ -95,7 +95,7 @@ impl LockerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::builder::Deployment;
+    use crate::api::builder::Target;
 
     fn from(vars: &[(&str, &str)]) -> Result<LockerBuilder, LockError> {
         LockerBuilder::from_vars(|name| {
@@ -108,32 +108,28 @@ mod tests {
     #[test]
     fn the_environment_names_one_deployment() {
         let b = from(&[]).unwrap();
-        assert!(
-            matches!(&b.deployment, Deployment::Servers(u) if u == &["redis://127.0.0.1:6379"])
-        );
+        assert!(matches!(&b.deployment, Target::Servers(u) if u == &["redis://127.0.0.1:6379"]));
         let b = from(&[
             ("REDIS_URL", "redis://r:1"),
             ("LOCK_REDIS_URL", "redis://l:1"),
         ])
         .unwrap();
-        assert!(matches!(&b.deployment, Deployment::Servers(u) if u == &["redis://l:1"]));
+        assert!(matches!(&b.deployment, Target::Servers(u) if u == &["redis://l:1"]));
         let b = from(&[("LOCK_REDIS_URL", "redis://a:1, redis://b:1,redis://c:1")]).unwrap();
-        assert!(matches!(&b.deployment, Deployment::Servers(u) if u.len() == 3));
+        assert!(matches!(&b.deployment, Target::Servers(u) if u.len() == 3));
         let b = from(&[
             ("LOCK_REDIS_CLUSTER", "redis://a:1,redis://b:1"),
             ("LOCK_REDIS_URL", "redis://x:1"),
         ])
         .unwrap();
-        assert!(matches!(&b.deployment, Deployment::Cluster(u) if u.len() == 2));
+        assert!(matches!(&b.deployment, Target::Cluster(u) if u.len() == 2));
         let b = from(&[
             ("LOCK_REDIS_SENTINELS", "redis://s:26379"),
             ("LOCK_REDIS_SENTINEL_MASTER", "mymaster"),
             ("LOCK_REDIS_REPLICAS", "1"),
         ])
         .unwrap();
-        assert!(
-            matches!(&b.deployment, Deployment::Sentinel { master, .. } if master == "mymaster")
-        );
+        assert!(matches!(&b.deployment, Target::Sentinel { master, .. } if master == "mymaster"));
         assert_eq!(b.replicas, 1);
     }
 

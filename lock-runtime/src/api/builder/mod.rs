@@ -8,10 +8,8 @@ mod env;
 pub use env::ENV_VARS;
 
 use crate::acquire::Acquirer;
-use crate::deployment::Quorum;
+use crate::deployment::{Setup, cluster, redlock, sentinel, standalone};
 use crate::model::keys::KeyFormat;
-use crate::plumbing::deadlines::Deadlines;
-use crate::server::Node;
 use crate::transport::connect::Settings;
 use crate::{LockError, Locker};
 
@@ -37,7 +35,7 @@ pub const DEFAULT_FENCE_RETENTION: Duration =
 /// ```
 #[derive(Debug, Clone)]
 pub struct LockerBuilder {
-    deployment: Deployment,
+    deployment: Target,
     /// The builder call that chose the deployment, and a later call that chose another one
     /// (refused at build: which one was meant cannot be told).
     deployment_calls: (Option<&'static str>, Option<(&'static str, &'static str)>),
@@ -52,7 +50,7 @@ pub struct LockerBuilder {
 
 /// Which servers a locker uses.
 #[derive(Debug, Clone)]
-pub(crate) enum Deployment {
+pub(crate) enum Target {
     /// One server (one URL) or Redlock over N independent servers.
     Servers(Vec<String>),
     /// A Redis Cluster, from the URLs of some of its nodes.
@@ -64,7 +62,7 @@ pub(crate) enum Deployment {
 impl Default for LockerBuilder {
     fn default() -> Self {
         Self {
-            deployment: Deployment::Servers(Vec::new()),
+            deployment: Target::Servers(Vec::new()),
             deployment_calls: (None, None),
             prefix: "lock:".to_owned(),
             settings: Settings {
@@ -85,7 +83,7 @@ impl LockerBuilder {
     /// One Redis node (`redis://` or `rediss://`, credentials in the URL).
     #[must_use]
     pub fn url(self, url: impl Into<String>) -> Self {
-        self.deploy("url", Deployment::Servers(vec![url.into()]))
+        self.deploy("url", Target::Servers(vec![url.into()]))
     }
 
     /// N independent nodes for Redlock: a lock holds with a majority of them.
@@ -96,7 +94,7 @@ impl LockerBuilder {
         S: Into<String>,
     {
         let urls = urls.into_iter().map(Into::into).collect();
-        self.deploy("urls", Deployment::Servers(urls))
+        self.deploy("urls", Target::Servers(urls))
     }
 
     /// A Redis Cluster (Redis 7.0 or later), from the URLs of some of its nodes (the rest are
@@ -118,7 +116,7 @@ impl LockerBuilder {
         S: Into<String>,
     {
         let seeds = seed_urls.into_iter().map(Into::into).collect();
-        self.deploy("cluster", Deployment::Cluster(seeds))
+        self.deploy("cluster", Target::Cluster(seeds))
     }
 
     /// The primary that Redis Sentinel names for `master`, found through the Sentinels at
@@ -138,11 +136,11 @@ impl LockerBuilder {
     {
         let urls = sentinel_urls.into_iter().map(Into::into).collect();
         let master = master.into();
-        self.deploy("sentinel", Deployment::Sentinel { urls, master })
+        self.deploy("sentinel", Target::Sentinel { urls, master })
     }
 
     /// Chooses the deployment; a second choice is remembered as a conflict.
-    fn deploy(mut self, call: &'static str, deployment: Deployment) -> Self {
+    fn deploy(mut self, call: &'static str, deployment: Target) -> Self {
         if let Some(first) = self.deployment_calls.0 {
             self.deployment_calls.1.get_or_insert((first, call));
         }
@@ -262,57 +260,35 @@ impl LockerBuilder {
                 ),
             ));
         }
-        let cluster = matches!(self.deployment, Deployment::Cluster(_));
+        let cluster = matches!(self.deployment, Target::Cluster(_));
         check_format(cluster, self.key_format, &self.prefix)?;
-        let tls = self.tls_root_cert.as_deref();
-        let (settings, replicas) = (self.settings, self.replicas);
-        // One schedule of request bounds for the locker (see `deadlines`).
-        let deadlines = Deadlines::default();
-        let nodes = match &self.deployment {
-            Deployment::Servers(urls) if urls.is_empty() => {
-                return Err(LockError::config(
-                    "",
-                    "no Redis URL given: call `.url(..)`, `.urls(..)`, `.cluster(..)` or `.sentinel(..)`",
-                ));
-            }
-            Deployment::Servers(urls) => urls
-                .iter()
-                .map(|u| Node::direct(u, settings, tls, replicas, deadlines.clone()).map(Arc::new))
-                .collect::<Result<Vec<_>, _>>()?,
-            Deployment::Cluster(urls) if urls.is_empty() => {
-                return Err(LockError::config(
-                    "",
-                    "`.cluster(..)` was given no node URL: give the URLs of one or more cluster nodes",
-                ));
-            }
-            Deployment::Cluster(urls) => {
-                vec![Arc::new(Node::cluster(
-                    urls, settings, tls, replicas, deadlines,
-                )?)]
-            }
-            Deployment::Sentinel { urls, .. } if urls.is_empty() => {
-                return Err(LockError::config(
-                    "",
-                    "`.sentinel(..)` was given no Sentinel URL: give the URLs of one or more Sentinels",
-                ));
-            }
-            Deployment::Sentinel { urls, master } => {
-                vec![Arc::new(Node::sentinel(
-                    urls, master, settings, replicas, deadlines,
-                )?)]
-            }
+        let setup = Setup {
+            settings: self.settings,
+            tls_root_cert: self.tls_root_cert.as_deref(),
+            replicas: self.replicas,
+            fence_retention_ms: self
+                .fence_retention
+                .map_or(0, |d| (d.as_millis() as u64).max(1)),
+            key_format: self.key_format,
         };
-        let retention_ms = self
-            .fence_retention
-            .map_or(0, |d| (d.as_millis() as u64).max(1));
+        let deployment = match &self.deployment {
+            Target::Servers(urls) => match urls.as_slice() {
+                [] => {
+                    return Err(LockError::config(
+                        "",
+                        "no Redis URL given: call `.url(..)`, `.urls(..)`, `.cluster(..)` or `.sentinel(..)`",
+                    ));
+                }
+                [url] => standalone::open(url, &setup)?,
+                urls => redlock::open(urls, &setup)?,
+            },
+            Target::Cluster(urls) => cluster::open(urls, &setup)?,
+            Target::Sentinel { urls, master } => sentinel::open(urls, master, &setup)?,
+        };
         let suffix = crate::model::holder::suffix(self.label.as_deref());
         // Plain keys may be held by clients that never publish their release: poll too.
         let poll = (self.key_format == KeyFormat::Plain).then_some(PLAIN_KEY_POLL);
-        let acquirer = Acquirer::new(
-            Arc::new(Quorum::new(nodes, retention_ms, self.key_format)),
-            suffix,
-            poll,
-        );
+        let acquirer = Acquirer::new(Arc::new(deployment), suffix, poll);
         Ok(Locker::new(acquirer, self.prefix, self.key_format))
     }
 

@@ -1,0 +1,170 @@
+//! Releasing a lease on every server at once, and computing a late fence.
+
+use std::sync::Arc;
+
+use redis::RedisResult;
+
+use super::Deployment;
+use super::failure::Failure;
+use super::majority::{Tally, Verdict};
+use crate::model::keys::Keys;
+use crate::plumbing::fanout::Fanout;
+use crate::server::{FenceReply, Node, Release};
+use crate::state::lease_state::LeaseState;
+use crate::{LockError, LostReason};
+
+impl Deployment {
+    /// The fence of a lease taken without one (one server: see `LockOptions::without_fence`),
+    /// computed now for a nested call that can read it, while the key still holds the lease's
+    /// token. `Lost` when it no longer does.
+    pub(crate) async fn fence_for(&self, lease: &LeaseState) -> Result<u64, LockError> {
+        // Only the plain-command path of a single server takes a lease without its fence.
+        let fence = lease.fence();
+        let Some(node) = self.alone().filter(|_| fence == 0) else {
+            return Ok(fence);
+        };
+        let keys = self.keys(lease.key.clone());
+        let limit = node.response_timeout();
+        match node
+            .fence_held(&keys, &lease.token, self.fence_retention_ms, limit)
+            .await
+        {
+            Ok(FenceReply::Fence(fence)) => Ok(lease.set_fence(fence)),
+            Ok(FenceReply::NotOurs) => {
+                lease.mark_lost(LostReason::NotOwner);
+                Err(lease.lost_error(LostReason::NotOwner))
+            }
+            Ok(FenceReply::Unusable(why)) => Err(LockError::config(
+                &lease.name,
+                format!(
+                    "fence counter `{}` {why}; it was left untouched; use another lock name or \
+                     key prefix",
+                    keys.fence()
+                ),
+            )),
+            Err(e) => Err(node.redis_error(&lease.name, e)),
+        }
+    }
+
+    /// Compare-and-delete (or keep for the rest of `min_hold`) on every server at once; held
+    /// when a majority confirms. `Lost` when the key was no longer ours.
+    pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
+        let how = Release {
+            keep_ms: lease.keep_ms(),
+            always_publish: self.traits.always_publish,
+            record_fence: if lease.record_fence { lease.fence() } else { 0 },
+            fence_retention_ms: self.fence_retention_ms,
+            look_at_queue: false,
+        };
+        // One server decides alone: no shared request, no tally (nothing allocated).
+        if let Some(node) = self.alone() {
+            let keys = Keys::new(lease.key.as_str(), self.key_format);
+            return match release_on(node, &keys, &lease.token, &how).await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(lease.lost_error(LostReason::GoneAtRelease)),
+                Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
+            };
+        }
+        let keys = self.keys(lease.key.clone());
+        let (t, failures) = self.release_everywhere(&keys, &lease.token, how).await;
+        match self.majority.verdict(t) {
+            Verdict::Yes => Ok(()),
+            Verdict::No => Err(lease.lost_error(LostReason::GoneAtRelease)),
+            Verdict::OutOfReach | Verdict::Open => {
+                Err(self.unavailable(&lease.name, t.yes, failures))
+            }
+        }
+    }
+
+    /// An operator's compare-and-delete of `value` on every server at once, its waiters woken;
+    /// true when a majority deleted it, false when the value was not there (nothing touched).
+    pub(crate) async fn force_release(
+        &self,
+        name: &str,
+        keys: &Keys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        let how = Release {
+            keep_ms: 0,
+            always_publish: self.traits.always_publish,
+            record_fence: 0,
+            fence_retention_ms: 0,
+            // The value seen may carry the waiters' mark: the waiters are served either way.
+            look_at_queue: true,
+        };
+        let (t, failures) = self.release_everywhere(keys, value, how).await;
+        match self.majority.verdict(t) {
+            Verdict::Yes => Ok(true),
+            Verdict::No => Ok(false),
+            Verdict::OutOfReach | Verdict::Open => Err(self.unavailable(name, t.yes, failures)),
+        }
+    }
+
+    /// Releases `token` on every server at once, as [`release_on`] does on one; returns the
+    /// tally once the majority rule settles it, and the servers that failed.
+    async fn release_everywhere(
+        &self,
+        keys: &Keys,
+        token: &str,
+        how: Release,
+    ) -> (Tally, Vec<(usize, Failure)>) {
+        let how = Arc::new(how);
+        let majority = self.majority;
+        let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
+            let node = Arc::clone(node);
+            let (keys, token, how) = (keys.clone(), token.to_owned(), Arc::clone(&how));
+            async move { release_on(&node, &keys, &token, &how).await }
+        }));
+        fanout
+            .until(|replies| majority.settled(Tally::of(replies.iter().map(answer))))
+            .await;
+        let replies = fanout.take_replies();
+        fanout.detach();
+        let t = Tally::of(replies.iter().map(answer));
+        let failures = replies
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Err(e)) => Some((i, Failure::Redis(e))),
+                _ => None,
+            })
+            .collect();
+        (t, failures)
+    }
+}
+
+/// Compare-and-delete (or keep for `min_hold`, or hand over) of `token` on one server; true
+/// when the key was ours. A connection found gone (its runtime shut down, or the server
+/// restarted) is being made again by redis-rs: the release is sent once more, as
+/// compare-and-delete twice is harmless. If the second finds the key not ours, the first may have
+/// run after all: the connection failure is the honest answer, not a lost lease.
+async fn release_on(
+    node: &Node,
+    keys: &Keys<impl AsRef<str>>,
+    token: &str,
+    how: &Release,
+) -> RedisResult<bool> {
+    let out = node.release(keys, token, how).await;
+    match &out {
+        Err(dropped) if dropped.is_connection_dropped() => {
+            match node.release(keys, token, how).await {
+                Ok(false) => out,
+                again => again,
+            }
+        }
+        _ => out,
+    }
+}
+
+/// One server's yes/no reply, `Some(None)` when its request failed, `None` when still out.
+fn answer(reply: &Option<RedisResult<bool>>) -> Option<Option<bool>> {
+    reply.as_ref().map(|r| r.as_ref().ok().copied())
+}
+
+/// Compare-and-delete (or shorten to `keep_ms`) `token` on one server; a failure is logged and
+/// left to the key's ttl.
+pub(super) async fn release_quietly(node: &Node, keys: &Keys, token: &str, how: &Release) {
+    if let Err(e) = node.release(keys, token, how).await {
+        tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
+    }
+}

@@ -1,0 +1,66 @@
+//! Renewing a chunk of leases on every server at once.
+
+use std::sync::Arc;
+
+use super::majority::{Tally, Verdict};
+use super::{Deployment, Renewal};
+use crate::plumbing::fanout::Fanout;
+use crate::server::{Node, RenewReply};
+use crate::state::lease_state::LeaseState;
+
+impl Deployment {
+    /// Renews `chunk` (one script call per server), deciding each lease as soon as a majority
+    /// confirmed or denied it; requests still out finish in the background.
+    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Vec<Renewal> {
+        let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
+            let (node, chunk) = (Arc::clone(node), Arc::clone(chunk));
+            async move { renew_on(&node, &chunk).await }
+        }));
+        let majority = self.majority;
+        let lease_reply = |replies: &[Option<Vec<Option<RenewReply>>>], i: usize| {
+            Tally::of(replies.iter().map(|r| {
+                r.as_ref()
+                    .map(|r| r[i].map(|reply| reply == RenewReply::Renewed))
+            }))
+        };
+        fanout
+            .until(|replies| {
+                (0..chunk.len()).all(|i| {
+                    let t = lease_reply(replies, i);
+                    chunk[i].is_ended() || majority.settled(t)
+                })
+            })
+            .await;
+        let verdicts = (0..chunk.len())
+            .map(|i| {
+                let t = lease_reply(fanout.replies(), i);
+                let unreplicated = fanout.replies().iter().any(|r| {
+                    r.as_ref()
+                        .is_some_and(|r| r[i] == Some(RenewReply::NotReplicated))
+                });
+                match majority.verdict(t) {
+                    Verdict::Yes => Renewal::Renewed,
+                    Verdict::No if unreplicated => Renewal::NotReplicated,
+                    Verdict::No => Renewal::NotOwner,
+                    Verdict::OutOfReach | Verdict::Open => Renewal::Undecided,
+                }
+            })
+            .collect();
+        fanout.detach();
+        verdicts
+    }
+}
+
+/// One server's renewal of a chunk; a lease released since the round began is left out (its
+/// key may be kept for min_hold; the release script also changes such a key's value, so a
+/// renewal already on its way cannot stretch it either).
+async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewReply>> {
+    let items: Vec<(&str, &str, u64)> = chunk
+        .iter()
+        .map(|l| {
+            let token = if l.is_ended() { "" } else { l.token.as_str() };
+            (l.key.as_str(), token, l.ttl.as_millis() as u64)
+        })
+        .collect();
+    node.renew(&items).await
+}
