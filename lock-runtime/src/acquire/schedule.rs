@@ -172,6 +172,15 @@ mod tests {
             ),
             (vec![config()], true, vec![AfterError::Fail]),
             (
+                vec![LockError::NotALock {
+                    name: "job".into(),
+                    key: "lock:{job}".into(),
+                    detail: "holds a list value, not a lock".into(),
+                }],
+                true,
+                vec![AfterError::Fail],
+            ),
+            (
                 vec![LockError::Busy {
                     name: "job".into(),
                     waited: MS(1),

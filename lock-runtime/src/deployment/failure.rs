@@ -9,7 +9,10 @@ use crate::LockError;
 pub(super) enum Failure {
     Redis(redis::RedisError),
     /// The key or its fence counter holds data that is not ours.
-    Foreign(String),
+    Foreign {
+        key: String,
+        detail: String,
+    },
     Other(String),
     /// Taken, but only `acked` of the `needed` replicas acknowledged it (the key was deleted).
     NotReplicated {
@@ -22,7 +25,8 @@ impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Redis(e) => write!(f, "{e}"),
-            Self::Foreign(detail) | Self::Other(detail) => f.write_str(detail),
+            Self::Foreign { key, detail } => write!(f, "`{key}` {detail}"),
+            Self::Other(detail) => f.write_str(detail),
             Self::NotReplicated { acked, needed } => write!(
                 f,
                 "taken, but only {acked} of the {needed} replica(s) asked for acknowledged it (deleted again)"
@@ -45,10 +49,11 @@ impl Deployment {
         {
             return match failure {
                 Failure::Redis(e) => self.nodes[*i].redis_error(name, e.clone()),
-                Failure::Foreign(detail) => LockError::config(
-                    name,
-                    format!("{detail}; use another lock name or key prefix"),
-                ),
+                Failure::Foreign { key, detail } => LockError::NotALock {
+                    name: name.to_owned(),
+                    key: key.clone(),
+                    detail: detail.clone(),
+                },
                 Failure::Other(why) => LockError::config(name, why.clone()),
                 Failure::NotReplicated { acked, needed } => LockError::NotReplicated {
                     name: name.to_owned(),

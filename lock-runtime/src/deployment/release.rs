@@ -34,14 +34,11 @@ impl Deployment {
                 lease.mark_lost(LostReason::NotOwner);
                 Err(lease.lost_error(LostReason::NotOwner))
             }
-            Ok(FenceReply::Unusable(why)) => Err(LockError::config(
-                &lease.name,
-                format!(
-                    "fence counter `{}` {why}; it was left untouched; use another lock name or \
-                     key prefix",
-                    keys.fence()
-                ),
-            )),
+            Ok(FenceReply::Unusable(why)) => Err(LockError::NotALock {
+                name: lease.name.clone(),
+                key: keys.fence().to_string(),
+                detail: why,
+            }),
             Err(e) => Err(node.redis_error(&lease.name, e)),
         }
     }

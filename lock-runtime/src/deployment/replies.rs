@@ -49,8 +49,8 @@ impl AcquireReplies {
                     out.busy.push(i);
                     out.not_our_turn = Some((head, state));
                 }
-                Some(Ok(AcquireReply::Foreign { detail })) => {
-                    out.failures.push((i, Failure::Foreign(detail)));
+                Some(Ok(AcquireReply::Foreign { key, detail })) => {
+                    out.failures.push((i, Failure::Foreign { key, detail }));
                 }
                 Some(Ok(AcquireReply::NotReplicated { acked })) => {
                     // The node deleted the unacknowledged key already.
@@ -113,7 +113,8 @@ mod tests {
                 state: "s".into(),
             })),
             Some(Ok(AcquireReply::Foreign {
-                detail: "a hash".into(),
+                key: "lock:{a}".into(),
+                detail: "holds a hash value, not a lock".into(),
             })),
             Some(Ok(AcquireReply::NotReplicated { acked: 0 })),
             Some(Err(timeout)),

@@ -91,7 +91,22 @@ pub enum LockError {
         #[source]
         source: redis::RedisError,
     },
-    /// A bad URL, a bad option, or a lock key holding data that is not a lock.
+    /// The lock's key, or one of the keys kept beside it (its fence counter), holds data this
+    /// library cannot use: another client's key under the same name, or a fence counter at the
+    /// largest fence. Nothing was changed; nothing is held.
+    #[error(
+        "{}`{key}` {detail}; it was left untouched: use another lock name or key prefix",
+        subject(name)
+    )]
+    NotALock {
+        /// The lock's name.
+        name: String,
+        /// The Redis key that holds the data.
+        key: String,
+        /// What it holds.
+        detail: String,
+    },
+    /// A bad URL or a bad option.
     #[error("{}{message}", subject(name))]
     Config {
         /// The lock's name (empty for locker-wide settings).
@@ -254,6 +269,7 @@ impl LockError {
             | Self::QuorumUnavailable { name, .. }
             | Self::NotReplicated { name, .. }
             | Self::Redis { name, .. }
+            | Self::NotALock { name, .. }
             | Self::Config { name, .. } => name,
         }
     }
@@ -267,6 +283,7 @@ impl LockError {
             | Self::QuorumUnavailable { name, .. }
             | Self::NotReplicated { name, .. }
             | Self::Redis { name, .. }
+            | Self::NotALock { name, .. }
             | Self::Config { name, .. } => {
                 if name.is_empty() {
                     lock.clone_into(name);
@@ -292,6 +309,7 @@ impl From<LockError> for std::io::Error {
             LockError::MaxExecExceeded { .. } => ErrorKind::TimedOut,
             LockError::Lost { .. } => ErrorKind::Interrupted,
             LockError::Config { .. } => ErrorKind::InvalidInput,
+            LockError::NotALock { .. } => ErrorKind::AlreadyExists,
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, err)

@@ -64,6 +64,7 @@ pub(crate) enum AcquireReply {
     },
     /// The lock key, or its fence counter, holds data that is not ours; nothing was changed.
     Foreign {
+        key: String,
         detail: String,
     },
     /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
@@ -134,17 +135,12 @@ impl Node {
                 state: text(reply.get(2)),
             },
             Some(-1) => AcquireReply::Foreign {
-                detail: format!(
-                    "key `{key}` holds a {} value, not a lock; it was left untouched",
-                    text(reply.get(1))
-                ),
+                key: key.to_string(),
+                detail: format!("holds a {} value, not a lock", text(reply.get(1))),
             },
             _ => AcquireReply::Foreign {
-                detail: format!(
-                    "fence counter `{}` {}; it was left untouched",
-                    keys.fence(),
-                    text(reply.get(1))
-                ),
+                key: keys.fence().to_string(),
+                detail: text(reply.get(1)),
             },
         })
     }
