@@ -110,22 +110,20 @@ pub(crate) fn jitter(pause: Duration) -> Duration {
 mod tests {
     use super::*;
 
-    fn dropped() -> LockError {
-        let io = std::io::Error::new(std::io::ErrorKind::BrokenPipe, "gone");
+    fn io_error(kind: std::io::ErrorKind) -> LockError {
         LockError::Redis {
             name: "job".into(),
             addr: "127.0.0.1:1".into(),
-            source: redis::RedisError::from(io),
+            source: redis::RedisError::from(std::io::Error::new(kind, "test")),
         }
     }
 
+    fn dropped() -> LockError {
+        io_error(std::io::ErrorKind::BrokenPipe)
+    }
+
     fn timed_out() -> LockError {
-        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "no reply");
-        LockError::Redis {
-            name: "job".into(),
-            addr: "127.0.0.1:1".into(),
-            source: redis::RedisError::from(io),
-        }
+        io_error(std::io::ErrorKind::TimedOut)
     }
 
     fn no_majority() -> LockError {

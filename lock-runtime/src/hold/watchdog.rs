@@ -14,9 +14,10 @@
 //! is left (taken in a runtime, held in another that took none) are renewed by a thread of the
 //! watchdog's own until they end.
 
+use crate::plumbing::task_claim::{ServedByTask, TaskClaim};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::runtime::{Handle, Id};
@@ -155,19 +156,16 @@ impl Drop for Renewing {
 
 /// The running task's claim. If the task is dropped early (its runtime shut down), a new one
 /// starts in another runtime that registered one of the leases held, if any.
-struct RunningGuard {
-    shared: Arc<Shared>,
-    armed: bool,
-}
+type RunningGuard = TaskClaim<Shared>;
 
-impl Drop for RunningGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(mut s) = self.shared.schedule.lock() else {
-            return;
-        };
+impl ServedByTask for Shared {
+    type Schedule = Schedule;
+
+    fn schedule(&self) -> &Mutex<Schedule> {
+        &self.schedule
+    }
+
+    fn task_dropped(self: &Arc<Self>, mut s: MutexGuard<'_, Schedule>) {
         s.armed = None;
         // The task's runtime shut down (or the task panicked): forget that runtime, whose
         // leases end with it, and go to another runtime with leases, if there is one.
@@ -192,11 +190,8 @@ impl Drop for RunningGuard {
         match next {
             // If `next` has shut down too, the task is dropped at once, and its guard forgets
             // `next` and tries the next runtime.
-            Some(next) => drop(next.spawn(run(RunningGuard {
-                shared: Arc::clone(&self.shared),
-                armed: true,
-            }))),
-            None if stranded => renew_in_a_thread(Arc::clone(&self.shared)),
+            Some(next) => drop(next.spawn(run(RunningGuard::new(Arc::clone(self))))),
+            None if stranded => renew_in_a_thread(Arc::clone(self)),
             None => {}
         }
     }
@@ -218,11 +213,7 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
                 Ok(runtime) => runtime.block_on(async {
                     inner.schedule.lock().expect("watchdog lock").home =
                         Some(Handle::current().id());
-                    run(RunningGuard {
-                        shared: inner,
-                        armed: true,
-                    })
-                    .await;
+                    run(RunningGuard::new(inner)).await;
                 }),
                 Err(e) => not_renewed(&inner, &e),
             }
@@ -306,10 +297,7 @@ impl Watchdog {
             s.running = true;
             s.home = Some(runtime);
             drop(s);
-            let guard = RunningGuard {
-                shared: Arc::clone(&self.shared),
-                armed: true,
-            };
+            let guard = RunningGuard::new(Arc::clone(&self.shared));
             tokio::spawn(run(guard));
         } else if earliest {
             drop(s);
@@ -324,7 +312,7 @@ impl Watchdog {
 }
 
 async fn run(mut guard: RunningGuard) {
-    let shared = Arc::clone(&guard.shared);
+    let shared = Arc::clone(guard.shared());
     let mut idle_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -356,7 +344,7 @@ async fn run(mut guard: RunningGuard) {
                         // sees `running == false` and starts a new task. Disarm the guard so
                         // that its drop cannot clear the flag of that new task.
                         s.without_task();
-                        guard.armed = false;
+                        guard.disarm();
                         return;
                     }
                     Some(since + LINGER)

@@ -19,9 +19,10 @@
 //! runtime waits on a timer of its own runtime instead: the task's runtime may be idle (a
 //! current-thread runtime outside `block_on`), and a bound must end whatever other runtimes do.
 
+use crate::plumbing::task_claim::{ServedByTask, TaskClaim};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -154,10 +155,7 @@ impl Shared {
             s.armed = None;
             s.home = Some(here.id());
             drop(s);
-            here.spawn(watch(Running {
-                shared: Arc::clone(self),
-                armed: true,
-            }));
+            here.spawn(watch(Running::new(Arc::clone(self))));
         } else if s.armed.is_some_and(|armed| deadline < armed) {
             drop(s);
             self.wake.notify_one();
@@ -265,19 +263,16 @@ impl<F: Future> Future for Bound<'_, F> {
 
 /// The running task's claim; if the task is dropped early (its runtime shut down), the bounds
 /// left in the schedule are woken to register again from their own runtime.
-struct Running {
-    shared: Arc<Shared>,
-    armed: bool,
-}
+type Running = TaskClaim<Shared>;
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(mut s) = self.shared.state.lock() else {
-            return;
-        };
+impl ServedByTask for Shared {
+    type Schedule = State;
+
+    fn schedule(&self) -> &Mutex<State> {
+        &self.state
+    }
+
+    fn task_dropped(self: &Arc<Self>, mut s: MutexGuard<'_, State>) {
         s.running = false;
         s.armed = None;
         s.home = None;
@@ -294,7 +289,7 @@ impl Drop for Running {
 
 /// Wakes each bound's request at its deadline (the request then sees it passed).
 async fn watch(mut running: Running) {
-    let shared = Arc::clone(&running.shared);
+    let shared = Arc::clone(running.shared());
     let mut idle_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
@@ -330,7 +325,7 @@ async fn watch(mut running: Running) {
             if look_at.is_none() {
                 s.running = false;
                 s.home = None;
-                running.armed = false;
+                running.disarm();
             }
             look_at
         };

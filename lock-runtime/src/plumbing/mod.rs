@@ -3,4 +3,5 @@
 
 pub(crate) mod deadlines;
 pub(crate) mod fanout;
+pub(crate) mod task_claim;
 pub(crate) mod telemetry;

@@ -26,6 +26,20 @@ macro_rules! ours {
     };
 }
 
+/// Lua, the end of a renewal loop over leases `i` whose `key` and `token` are set and whose
+/// key's `value` was read: `PEXPIRE` by the ttl at `$ttl` where the key is ours (`out[i] = 1`),
+/// else `out[i] = 0`; then returns `out`.
+macro_rules! renew_where_ours {
+    ($ttl:literal) => {
+        concat!(
+            ours!(),
+            " then\n    redis.call('PEXPIRE', key, ",
+            $ttl,
+            ")\n    out[i] = 1\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
+        )
+    };
+}
+
 /// The largest fence: the largest integer a Lua number (a double) holds exactly. A counter at or
 /// above it gives no more fences (an error, never a smaller fence).
 pub(crate) const MAX_FENCE: u64 = (1 << 53) - 1;
@@ -234,16 +248,7 @@ local out = {}
 for i, key in ipairs(KEYS) do
   local value, token = redis.pcall('GET', key), ARGV[2 * i - 1]
   if ",
-        ours!(),
-        r" then
-    redis.call('PEXPIRE', key, ARGV[2 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-",
+        renew_where_ours!("ARGV[2 * i]"),
     ))
 });
 
@@ -403,16 +408,7 @@ for i = 1, #ARGV / 3 do
   if type(value) == 'table' and value.err then
     out[i] = 2
   elseif ",
-        ours!(),
-        r" then
-    redis.call('PEXPIRE', key, ARGV[3 * i])
-    out[i] = 1
-  else
-    out[i] = 0
-  end
-end
-return out
-",
+        renew_where_ours!("ARGV[3 * i]"),
     ))
 });
 

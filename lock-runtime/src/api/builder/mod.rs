@@ -88,13 +88,8 @@ impl LockerBuilder {
 
     /// N independent nodes for Redlock: a lock holds with a majority of them.
     #[must_use]
-    pub fn urls<I, S>(self, urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let urls = urls.into_iter().map(Into::into).collect();
-        self.deploy("urls", Target::Servers(urls))
+    pub fn urls(self, urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.deploy("urls", Target::Servers(strings(urls)))
     }
 
     /// A Redis Cluster (Redis 7.0 or later), from the URLs of some of its nodes (the rest are
@@ -110,13 +105,8 @@ impl LockerBuilder {
     ///
     /// [`replicas`]: Self::replicas
     #[must_use]
-    pub fn cluster<I, S>(self, seed_urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let seeds = seed_urls.into_iter().map(Into::into).collect();
-        self.deploy("cluster", Target::Cluster(seeds))
+    pub fn cluster(self, seed_urls: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.deploy("cluster", Target::Cluster(strings(seed_urls)))
     }
 
     /// The primary that Redis Sentinel names for `master`, found through the Sentinels at
@@ -129,13 +119,12 @@ impl LockerBuilder {
     ///
     /// [`replicas`]: Self::replicas
     #[must_use]
-    pub fn sentinel<I, S>(self, sentinel_urls: I, master: impl Into<String>) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        let urls = sentinel_urls.into_iter().map(Into::into).collect();
-        let master = master.into();
+    pub fn sentinel(
+        self,
+        sentinel_urls: impl IntoIterator<Item = impl Into<String>>,
+        master: impl Into<String>,
+    ) -> Self {
+        let (urls, master) = (strings(sentinel_urls), master.into());
         self.deploy("sentinel", Target::Sentinel { urls, master })
     }
 
@@ -300,6 +289,11 @@ impl LockerBuilder {
         locker.check_connection().await?;
         Ok(locker)
     }
+}
+
+/// The URLs given to a builder call.
+fn strings(urls: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
+    urls.into_iter().map(Into::into).collect()
 }
 
 /// How often a waiter on a [`KeyFormat::Plain`] key retries besides release messages: the other
