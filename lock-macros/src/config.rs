@@ -23,6 +23,7 @@ pub(crate) struct Config {
     /// The parameters the placeholders name, in order.
     pub key_args: Vec<Ident>,
     pub ttl_ms: u64,
+    pub lease_ms: Option<u64>,
     pub max_exec_ms: Option<u64>,
     pub renew_ms: Option<u64>,
     pub wait_ms: Option<u64>,
@@ -54,6 +55,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         )
     };
     let ttl = ms(OptionKey::Ttl, &raw.ttl);
+    let lease = ms(OptionKey::Lease, &raw.lease);
     let max_exec = ms(OptionKey::MaxExec, &raw.max_exec);
     let renew = ms(OptionKey::Renew, &raw.renew);
     let wait_ms = ms(OptionKey::Wait, &raw.wait);
@@ -68,6 +70,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
     if let Some(ttl) = ttl {
         let durations = Durations {
             ttl,
+            lease,
             max_exec,
             renew,
             min_hold,
@@ -86,6 +89,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         template,
         key_args,
         ttl_ms: ttl?,
+        lease_ms: lease,
         max_exec_ms: max_exec,
         renew_ms: renew,
         wait_ms,
@@ -235,6 +239,7 @@ mod tests {
             let ttl = lit(d.ttl);
             let mut args = quote::quote!(name = "job", ttl = #ttl);
             let optional = [
+                ("lease", d.lease),
                 ("max_exec", d.max_exec),
                 ("renew", d.renew),
                 ("min_hold", d.min_hold),
@@ -264,7 +269,7 @@ mod tests {
 
     #[test]
     fn an_unknown_option_taken_for_a_required_one_is_not_also_missing() {
-        let err = build_with(quote::quote!(key = "job", lease = "1s"), &[]).unwrap_err();
+        let err = build_with(quote::quote!(key = "job", lockAtMostFor = "1s"), &[]).unwrap_err();
         assert_eq!(err.len(), 2, "{err:?}");
         assert!(
             err.iter().all(|e| e.starts_with("unknown option")),

@@ -257,6 +257,7 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
         quote!(#private::LockOptions::new(#ttl))
     };
     let setters = [
+        ("with_lease", config.lease_ms),
         ("with_max_exec", config.max_exec_ms),
         ("with_renew", config.renew_ms),
         ("with_wait", config.wait_ms),

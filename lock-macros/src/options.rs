@@ -10,6 +10,7 @@ use crate::suggest;
 pub(crate) enum OptionKey {
     Name,
     Ttl,
+    Lease,
     MaxExec,
     Renew,
     Wait,
@@ -21,9 +22,10 @@ pub(crate) enum OptionKey {
 
 impl OptionKey {
     /// Every option, in the order the docs list them.
-    pub(crate) const ALL: [Self; 9] = [
+    pub(crate) const ALL: [Self; 10] = [
         Self::Name,
         Self::Ttl,
+        Self::Lease,
         Self::MaxExec,
         Self::Renew,
         Self::Wait,
@@ -38,6 +40,7 @@ impl OptionKey {
         match self {
             Self::Name => "name",
             Self::Ttl => "ttl",
+            Self::Lease => "lease",
             Self::MaxExec => "max_exec",
             Self::Renew => "renew",
             Self::Wait => "wait",
@@ -52,7 +55,8 @@ impl OptionKey {
     const fn meaning(self) -> &'static str {
         match self {
             Self::Name => "the lock's key",
-            Self::Ttl => "the lease length",
+            Self::Ttl => "how long one hold may last",
+            Self::Lease => "the key's expiry, renewed while the body runs",
             Self::MaxExec => "how long the body may run",
             Self::Renew => "how often the lease is renewed",
             Self::Wait => "how long to wait for a busy lock",
@@ -78,8 +82,10 @@ impl OptionKey {
         match word.as_str() {
             "timeout" | "timeoutms" => &[Self::MaxExec, Self::Wait],
             "key" | "keyname" | "lockname" | "resource" => &[Self::Name],
-            "lease" | "leasetime" | "expiry" | "expire" | "expires" | "expiration"
-            | "lockatmostfor" => &[Self::Ttl],
+            "lockatmostfor" | "maxhold" => &[Self::Ttl],
+            "leasetime" | "expiry" | "expire" | "expires" | "expiration" | "keepalive" => {
+                &[Self::Lease, Self::Ttl]
+            }
             "retry" | "retries" | "waittime" | "waitfor" | "acquiretimeout" | "block"
             | "blocking" => &[Self::Wait],
             "deadline" | "maxexecution" | "maxduration" | "executiontimeout" => &[Self::MaxExec],
@@ -132,6 +138,7 @@ impl From<DurationKey> for OptionKey {
     fn from(key: DurationKey) -> Self {
         match key {
             DurationKey::Ttl => Self::Ttl,
+            DurationKey::Lease => Self::Lease,
             DurationKey::MaxExec => Self::MaxExec,
             DurationKey::Renew => Self::Renew,
             DurationKey::MinHold => Self::MinHold,
@@ -151,6 +158,7 @@ mod tests {
         assert_eq!(OptionKey::from_name("r#crate"), None);
         for key in [
             DurationKey::Ttl,
+            DurationKey::Lease,
             DurationKey::MaxExec,
             DurationKey::Renew,
             DurationKey::MinHold,
@@ -168,8 +176,9 @@ mod tests {
              `wait` (how long to wait for a busy lock)?"
         );
         assert!(unknown("key").contains("did you mean `name`"));
-        assert!(unknown("lease").contains("did you mean `ttl`"));
-        assert!(unknown("expiry").contains("did you mean `ttl`"));
+        assert!(unknown("leaseTime").contains("did you mean `lease`"));
+        assert!(unknown("expiry").contains("did you mean `lease`"));
+        assert!(unknown("expiry").contains("or `ttl`"));
         assert!(unknown("lockAtMostFor").contains("did you mean `ttl`"));
         assert!(unknown("lock_at_least_for").contains("did you mean `min_hold`"));
         assert!(unknown("retry").contains("did you mean `wait`"));
@@ -186,8 +195,8 @@ mod tests {
         assert_eq!(OptionKey::meant_for("nmae"), [OptionKey::Name]);
         assert_eq!(
             unknown("color"),
-            "unknown option `color`; the options are name, ttl, max_exec, renew, wait, min_hold, \
-             locker, guard, crate"
+            "unknown option `color`; the options are name, ttl, lease, max_exec, renew, wait, \
+             min_hold, locker, guard, crate"
         );
     }
 }

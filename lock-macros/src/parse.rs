@@ -24,6 +24,7 @@ pub(crate) struct RawArgs {
     pub meant: Vec<OptionKey>,
     pub name: Option<LitStr>,
     pub ttl: Option<LitStr>,
+    pub lease: Option<LitStr>,
     pub max_exec: Option<LitStr>,
     pub renew: Option<LitStr>,
     pub wait: Option<LitStr>,
@@ -38,6 +39,7 @@ impl RawArgs {
     pub(crate) fn duration(&self, key: DurationKey) -> Option<&LitStr> {
         match key {
             DurationKey::Ttl => self.ttl.as_ref(),
+            DurationKey::Lease => self.lease.as_ref(),
             DurationKey::MaxExec => self.max_exec.as_ref(),
             DurationKey::Renew => self.renew.as_ref(),
             DurationKey::MinHold => self.min_hold.as_ref(),
@@ -104,6 +106,7 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
                 string(value, "a string literal, like `name = \"job:{id}\"`"),
             ),
             OptionKey::Ttl => set(&mut raw.ttl, duration(value)),
+            OptionKey::Lease => set(&mut raw.lease, duration(value)),
             OptionKey::MaxExec => set(&mut raw.max_exec, duration(value)),
             OptionKey::Renew => set(&mut raw.renew, duration(value)),
             OptionKey::Wait => set(&mut raw.wait, duration(value)),

@@ -1,4 +1,4 @@
-//! The rules between the durations of one lock (`ttl`, `max_exec`, `renew`, `min_hold`), written
+//! The rules between the durations of one lock (`ttl`, `lease`, `max_exec`, `renew`, `min_hold`), written
 //! once. `lock-macros` checks them when `#[distributed_lock]` compiles and `lock-runtime` when
 //! `LockOptions` are used, so both accept the same options and say the same words about the rest.
 //! Use them through `lock-runtime`; this crate exists because the proc-macro crate cannot depend
@@ -28,16 +28,19 @@ pub const fn default_max_exec_ms(ttl_ms: u64) -> u64 {
     ttl_ms.saturating_sub(drift_ms(ttl_ms))
 }
 
-/// The default renewal period: `ttl / 3`, two tries at renewing before the key could expire.
-pub const fn default_renew_ms(ttl_ms: u64) -> u64 {
-    ttl_ms / 3
+/// The default renewal period: a third of the key's expiry (`lease`, which is `ttl` unless given),
+/// two tries at renewing before the key could expire.
+pub const fn default_renew_ms(lease_ms: u64) -> u64 {
+    lease_ms / 3
 }
 
 /// An option that a rule can blame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DurationKey {
-    /// `ttl`: the lease length.
+    /// `ttl`: how long one hold may last in all.
     Ttl,
+    /// `lease`: the key's expiry, renewed while the body runs.
+    Lease,
     /// `max_exec`: how long the body may run.
     MaxExec,
     /// `renew`: the renewal period.
@@ -51,6 +54,7 @@ impl DurationKey {
     pub const fn name(self) -> &'static str {
         match self {
             Self::Ttl => "ttl",
+            Self::Lease => "lease",
             Self::MaxExec => "max_exec",
             Self::Renew => "renew",
             Self::MinHold => "min_hold",
@@ -67,8 +71,10 @@ impl fmt::Display for DurationKey {
 /// The durations of one lock in milliseconds; `None` for an option left at its default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Durations {
-    /// The lease length.
+    /// How long one hold may last in all.
     pub ttl: u64,
+    /// The key's expiry, renewed while the body runs (default: `ttl`).
+    pub lease: Option<u64>,
     /// The body's time limit (default [`default_max_exec_ms`]).
     pub max_exec: Option<u64>,
     /// The renewal period (default [`default_renew_ms`]).
@@ -86,23 +92,43 @@ pub struct Broken {
     pub message: String,
 }
 
-/// Every rule the durations break, in the order `ttl`, `max_exec`, `renew`, `min_hold`:
+/// Every rule the durations break, in the order `ttl`, `lease`, `max_exec`, `renew`, `min_hold`:
 ///
 /// - `3ms <= ttl <= 36500d`, so that `ttl - drift` is above zero and Redis can keep the key
 ///   (when it fails, nothing else is checked: every other rule is relative to ttl);
-/// - `0 < max_exec <= ttl - drift`, so the body is stopped before the key can expire;
-/// - `0 < renew <= ttl / 2`, so a failed renewal can be retried before the key expires;
-/// - `min_hold <= ttl`, since the key cannot be kept past its lease.
+/// - `3ms <= lease <= ttl`: the key's expiry, which bounds how long a crashed holder blocks the
+///   lock, is at most the whole hold;
+/// - `0 < max_exec <= ttl - drift`, so the body is stopped before the hold can outlast `ttl`;
+/// - `0 < renew <= lease / 2`, so a failed renewal can be retried before the key expires (not
+///   checked against a broken `lease`);
+/// - `min_hold <= ttl`, since the key cannot be kept past the hold.
 pub fn check(durations: Durations) -> Vec<Broken> {
-    let Durations {
-        ttl,
-        max_exec,
+    if let Some(ttl) = check_ttl(durations.ttl) {
+        return vec![ttl];
+    }
+    let lease = check_lease(durations.ttl, durations.lease);
+    let renew = match lease {
+        Some(_) => None,
+        None => check_renew(durations.ttl, durations.lease, durations.renew),
+    };
+    [
+        lease,
+        check_max_exec(durations.ttl, durations.max_exec),
         renew,
-        min_hold,
-    } = durations;
-    let broken = |key, message| Broken { key, message };
+        check_min_hold(durations.ttl, durations.min_hold),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn broken(key: DurationKey, message: String) -> Option<Broken> {
+    Some(Broken { key, message })
+}
+
+fn check_ttl(ttl: u64) -> Option<Broken> {
     if ttl < MIN_TTL_MS {
-        return vec![broken(
+        return broken(
             DurationKey::Ttl,
             format!(
                 "ttl = {} is too short: the body may run for ttl - (ttl/100 + 2ms), so ttl must be at \
@@ -110,10 +136,10 @@ pub fn check(durations: Durations) -> Vec<Broken> {
                 format_ms(ttl),
                 format_ms(MIN_TTL_MS)
             ),
-        )];
+        );
     }
     if ttl > MAX_TTL_MS {
-        return vec![broken(
+        return broken(
             DurationKey::Ttl,
             format!(
                 "ttl = {} is too long: Redis cannot keep a key for that long, and a lock should \
@@ -121,18 +147,45 @@ pub fn check(durations: Durations) -> Vec<Broken> {
                 format_ms(ttl),
                 format_ms(MAX_TTL_MS)
             ),
-        )];
+        );
     }
-    let mut all = Vec::new();
+    None
+}
+
+fn check_lease(ttl: u64, lease: Option<u64>) -> Option<Broken> {
+    match lease? {
+        lease if lease < MIN_TTL_MS => broken(
+            DurationKey::Lease,
+            format!(
+                "lease = {} is too short: a lease is valid for lease - (lease/100 + 2ms), so it \
+                 must be at least {}; raise lease",
+                format_ms(lease),
+                format_ms(MIN_TTL_MS)
+            ),
+        ),
+        lease if lease > ttl => broken(
+            DurationKey::Lease,
+            format!(
+                "lease = {} must be at most ttl = {}: the key's expiry cannot outlast the whole \
+                 hold; lower lease or raise ttl",
+                format_ms(lease),
+                format_ms(ttl)
+            ),
+        ),
+        _ => None,
+    }
+}
+
+fn check_max_exec(ttl: u64, max_exec: Option<u64>) -> Option<Broken> {
     let limit = default_max_exec_ms(ttl);
-    match max_exec {
-        Some(0) => all.push(broken(
+    match max_exec? {
+        0 => broken(
             DurationKey::MaxExec,
             "max_exec must be above zero: it is how long the body may run; leave it out for the \
              default, ttl - (ttl/100 + 2ms)"
                 .to_owned(),
-        )),
-        Some(max) if max > limit => all.push(broken(
+        ),
+        max if max > limit => broken(
             DurationKey::MaxExec,
             format!(
                 "max_exec = {} is too long for ttl = {}: it must be at most ttl - (ttl/100 + 2ms) = {}, \
@@ -141,40 +194,48 @@ pub fn check(durations: Durations) -> Vec<Broken> {
                 format_ms(ttl),
                 format_ms(limit)
             ),
-        )),
-        _ => {}
+        ),
+        _ => None,
     }
-    match renew {
-        Some(0) => all.push(broken(
-            DurationKey::Renew,
-            "renew must be above zero: it is how often the lease is renewed; leave it out for the \
-             default, ttl/3"
-                .to_owned(),
-        )),
-        // `every > ttl / 2` without rounding ttl/2 down (and without overflowing `every * 2`).
-        Some(every) if u128::from(every) * 2 > u128::from(ttl) => all.push(broken(
+}
+
+/// Against the key's expiry: `lease`, or `ttl` when no lease is given.
+fn check_renew(ttl: u64, lease: Option<u64>, renew: Option<u64>) -> Option<Broken> {
+    let (name, expiry) = lease.map_or(("ttl", ttl), |lease| ("lease", lease));
+    match renew? {
+        0 => broken(
             DurationKey::Renew,
             format!(
-                "renew = {} is too long for ttl = {}: renew at least twice per lease (renew <= ttl/2), \
-                 so a failed renewal can be retried before the key expires; lower renew or raise ttl",
+                "renew must be above zero: it is how often the lease is renewed; leave it out for \
+                 the default, {name}/3"
+            ),
+        ),
+        // `every > expiry / 2` without rounding down (and without overflowing `every * 2`).
+        every if u128::from(every) * 2 > u128::from(expiry) => broken(
+            DurationKey::Renew,
+            format!(
+                "renew = {} is too long for {name} = {}: renew at least twice per lease (renew <= \
+                 {name}/2), so a failed renewal can be retried before the key expires; lower renew \
+                 or raise {name}",
                 format_ms(every),
-                format_ms(ttl)
+                format_ms(expiry)
             ),
-        )),
-        _ => {}
+        ),
+        _ => None,
     }
-    if let Some(hold) = min_hold.filter(|hold| *hold > ttl) {
-        all.push(broken(
-            DurationKey::MinHold,
-            format!(
-                "min_hold = {} must be at most ttl = {}: the key cannot be kept past its lease; lower \
-                 min_hold or raise ttl",
-                format_ms(hold),
-                format_ms(ttl)
-            ),
-        ));
-    }
-    all
+}
+
+fn check_min_hold(ttl: u64, min_hold: Option<u64>) -> Option<Broken> {
+    let hold = min_hold.filter(|hold| *hold > ttl)?;
+    broken(
+        DurationKey::MinHold,
+        format!(
+            "min_hold = {} must be at most ttl = {}: the key cannot be kept past its lease; lower \
+             min_hold or raise ttl",
+            format_ms(hold),
+            format_ms(ttl)
+        ),
+    )
 }
 
 /// Milliseconds the way durations are written in the attribute: `"1m 30s"`, `"29s 698ms"`.
@@ -218,6 +279,7 @@ const fn case(
     Case {
         durations: Durations {
             ttl,
+            lease: None,
             max_exec,
             renew,
             min_hold,
@@ -226,11 +288,18 @@ const fn case(
     }
 }
 
+/// A case with a `lease`.
+const fn leased(ttl: u64, lease: u64, renew: Option<u64>, blamed: &'static [DurationKey]) -> Case {
+    let mut case = case(ttl, None, renew, None, blamed);
+    case.durations.lease = Some(lease);
+    case
+}
+
 /// The table that the macro's tests and the runtime's tests both run, so that the attribute and
 /// `LockOptions` are seen to accept and reject the same options. Not a public API.
 #[doc(hidden)]
 pub const CASES: &[Case] = {
-    use DurationKey::{MaxExec, MinHold, Renew, Ttl};
+    use DurationKey::{Lease, MaxExec, MinHold, Renew, Ttl};
     &[
         // ttl: at least 3ms; when it is too short nothing else is judged.
         case(0, None, None, None, &[Ttl]),
@@ -263,6 +332,18 @@ pub const CASES: &[Case] = {
         case(30_000, None, None, Some(0), &[]),
         case(30_000, None, None, Some(30_000), &[]),
         case(30_000, None, None, Some(30_001), &[MinHold]),
+        // 3ms <= lease <= ttl; 0 < renew <= lease/2.
+        leased(7_200_000, 30_000, None, &[]),
+        leased(7_200_000, 3, None, &[]),
+        leased(7_200_000, 2, None, &[Lease]),
+        leased(30_000, 30_000, None, &[]),
+        leased(30_000, 30_001, None, &[Lease]),
+        leased(7_200_000, 30_000, Some(15_000), &[]),
+        leased(7_200_000, 30_000, Some(15_001), &[Renew]),
+        leased(7_200_000, 30_000, Some(0), &[Renew]),
+        // A broken lease: renew is not judged against it.
+        leased(30_000, 60_000, Some(29_000), &[Lease]),
+        leased(2, 1, None, &[Ttl]),
         // Every rule at once, and every option at its limit.
         case(
             1_000,
@@ -298,6 +379,7 @@ mod tests {
     fn huge_values_do_not_overflow() {
         let huge = Durations {
             ttl: u64::MAX,
+            lease: Some(u64::MAX),
             max_exec: Some(u64::MAX),
             renew: Some(u64::MAX),
             min_hold: Some(u64::MAX),
@@ -312,8 +394,8 @@ mod tests {
         assert_eq!(
             blamed,
             [
+                DurationKey::Lease,
                 DurationKey::MaxExec,
-                DurationKey::Renew,
                 DurationKey::MinHold
             ]
         );
@@ -332,6 +414,7 @@ mod tests {
         for ttl in [MIN_TTL_MS, 4, 99, 100, 101, 150, 1_000, 30_000, 86_400_000] {
             let durations = Durations {
                 ttl,
+                lease: None,
                 max_exec: Some(default_max_exec_ms(ttl)),
                 renew: Some(default_renew_ms(ttl)),
                 min_hold: Some(0),
@@ -364,6 +447,7 @@ mod tests {
         );
         for broken in check(Durations {
             ttl: 1_000,
+            lease: Some(2),
             max_exec: Some(0),
             renew: Some(0),
             min_hold: Some(1_001),

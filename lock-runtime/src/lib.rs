@@ -104,7 +104,7 @@ pub use lock_macros::distributed_lock;
 pub use model::error::{LockError, LostReason};
 pub use model::holder::Holder;
 pub use model::keys::KeyFormat;
-pub use model::options::{LockOptions, drift};
+pub use model::options::{LockOptions, drift_for};
 pub use model::output::LockOutput;
 
 /// Paths named by the code that `#[distributed_lock]` generates. Not a public API.

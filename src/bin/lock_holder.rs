@@ -7,7 +7,8 @@
 //!   store=URL     the fenced store's server            (modes attr, stale, stale-async)
 //!   name=NAME     lock name, also the store's name     (default "suite")
 //!   client=ID     this holder's name in the history    (default "holder")
-//!   ttl=MS        lease length for the manual API      (default 300)
+//!   ttl=MS        the manual API's ttl                 (default 300)
+//!   lease=MS      the manual API's lease               (default: the ttl)
 //!   tasks=N       concurrent tasks                     (mode attr, default 4)
 //!   sections=N    locked sections per task             (mode attr, default 200)
 //!   hold=MS       body's pause before writing          (mode stale-async, default 150)
@@ -172,8 +173,17 @@ async fn attr(args: &Args, locker: Locker) -> ExitCode {
     }
 }
 
-async fn hold(args: &Args, locker: Locker) -> ExitCode {
+/// The options of the modes that lock by hand: `ttl`, and `lease` when given.
+fn manual_options(args: &Args) -> LockOptions {
     let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    match args.get("lease") {
+        Some(_) => opts.with_lease(Duration::from_millis(args.num("lease", 0))),
+        None => opts,
+    }
+}
+
+async fn hold(args: &Args, locker: Locker) -> ExitCode {
+    let opts = manual_options(args);
     println!("ready");
     let lease = locker
         .acquire(&args.str("name", "suite"), &opts)
@@ -193,7 +203,7 @@ async fn stale(args: &Args, locker: Locker) -> ExitCode {
         .await
         .expect("store connects");
     let mut blocking = BlockingStore::connect(&store_url, &name).expect("store connects");
-    let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    let opts = manual_options(args);
     println!("ready");
     let res: Result<(), HolderError> = locker
         .run(&name, &opts, async |lease| {
@@ -221,7 +231,7 @@ async fn stale_async(args: &Args, locker: Locker) -> ExitCode {
     let store = FencedStore::connect(&args.required("store"), &name)
         .await
         .expect("store connects");
-    let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)));
+    let opts = manual_options(args);
     let hold = Duration::from_millis(args.num("hold", 150));
     println!("ready");
     let res: Result<(), HolderError> = locker

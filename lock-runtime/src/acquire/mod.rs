@@ -391,7 +391,7 @@ impl Acquirer {
         // The grant was made after that attempt reached the server, for the waiter's grace: the
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
-        if Instant::now() >= *sent + grace.saturating_sub(crate::drift(grace)) {
+        if Instant::now() >= *sent + grace.saturating_sub(crate::drift_for(grace)) {
             self.deployment.forget(keys, token);
             return None;
         }
@@ -414,7 +414,8 @@ impl Acquirer {
         opts: &LockOptions,
         sent: Instant,
     ) -> Result<Attempt, LockError> {
-        let ttl = opts.ttl();
+        // The key's expiry: the hold as a whole is bounded by `max_exec`.
+        let ttl = opts.lease();
         let validity = opts.validity();
         let lock_name = name.as_deref().unwrap_or_default();
         let evict = self.stale_heads.evictable(&keys.key);
@@ -495,8 +496,10 @@ impl Acquirer {
         opts: &LockOptions,
         late: Late,
     ) -> Lease {
-        let first_renewal = if taken.set_for < opts.ttl() {
-            let set_for = taken.set_for.saturating_sub(crate::drift(taken.set_for));
+        let first_renewal = if taken.set_for < opts.lease() {
+            let set_for = taken
+                .set_for
+                .saturating_sub(crate::drift_for(taken.set_for));
             let now = Instant::now();
             now + (taken.sent + set_for).saturating_duration_since(now) / 2
         } else {
@@ -508,7 +511,7 @@ impl Acquirer {
             token: taken.token,
             fence: taken.fence,
             record_fence: taken.record_fence,
-            ttl: opts.ttl(),
+            ttl: opts.lease(),
             set_for: taken.set_for,
             renew: opts.renew(),
             min_hold: opts.min_hold(),

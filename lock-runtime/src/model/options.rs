@@ -18,6 +18,7 @@ use crate::LockError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LockOptions {
     ttl: Duration,
+    lease: Option<Duration>,
     max_exec: Option<Duration>,
     renew: Option<Duration>,
     wait: Duration,
@@ -27,8 +28,9 @@ pub struct LockOptions {
     fenced: bool,
 }
 
-/// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms`.
-pub const fn drift(ttl: Duration) -> Duration {
+/// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms` (the same as
+/// [`LockOptions::drift`] of options with this ttl).
+pub const fn drift_for(ttl: Duration) -> Duration {
     Duration::from_millis(lock_rules::drift_ms(whole_millis(ttl)))
 }
 
@@ -55,11 +57,14 @@ fn millis_up(d: Duration) -> u64 {
 }
 
 impl LockOptions {
-    /// Options with this lease length and every other option at its default:
-    /// `renew = ttl/3`, `max_exec = ttl - (ttl/100 + 2ms)`, `wait = 0` (try once), `min_hold = 0`.
+    /// Options with this `ttl` (the longest one hold may last, and the key's expiry unless
+    /// [`with_lease`](Self::with_lease) sets a shorter one) and every other option at its
+    /// default: `renew = ttl/3`, `max_exec = ttl - (ttl/100 + 2ms)`, `wait = 0` (try once),
+    /// `min_hold = 0`.
     pub const fn new(ttl: Duration) -> Self {
         Self {
             ttl,
+            lease: None,
             max_exec: None,
             renew: None,
             wait: Duration::ZERO,
@@ -67,6 +72,17 @@ impl LockOptions {
             template: None,
             fenced: true,
         }
+    }
+
+    /// The key's expiry, renewed every `renew` (default `lease/3`) while the body runs: a holder
+    /// that dies frees the lock within `lease`, while a live one may run up to `max_exec`
+    /// (bounded by `ttl`). A paused holder can rely on its lease for `lease - drift` after its
+    /// last confirmed renewal. At least 3 ms, at most `ttl`; without it, the key expires after
+    /// `ttl`.
+    #[must_use]
+    pub const fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
     }
 
     /// The body is cancelled when it has run this long.
@@ -128,9 +144,17 @@ impl LockOptions {
         self.template
     }
 
-    /// The lease length.
+    /// The longest one hold may last.
     pub const fn ttl(&self) -> Duration {
         self.ttl
+    }
+
+    /// The key's expiry, renewed while the body runs (default: `ttl`).
+    pub const fn lease(&self) -> Duration {
+        match self.lease {
+            Some(lease) => lease,
+            None => self.ttl,
+        }
     }
 
     /// The body's time limit (default: `ttl - drift`).
@@ -141,11 +165,11 @@ impl LockOptions {
         }
     }
 
-    /// The renewal period (default: `ttl / 3`).
+    /// The renewal period (default: `lease / 3`).
     pub const fn renew(&self) -> Duration {
         match self.renew {
             Some(d) => d,
-            None => Duration::from_millis(lock_rules::default_renew_ms(whole_millis(self.ttl))),
+            None => Duration::from_millis(lock_rules::default_renew_ms(whole_millis(self.lease()))),
         }
     }
 
@@ -159,15 +183,15 @@ impl LockOptions {
         self.min_hold
     }
 
-    /// The clock drift allowed for this lease: `ttl/100 + 2ms`. A lease is valid until
-    /// `ttl - drift` after its last confirmed renewal was sent.
+    /// The clock drift allowed for this lease: `lease/100 + 2ms`. A lease is valid until
+    /// `lease - drift` after its last confirmed renewal was sent.
     pub const fn drift(&self) -> Duration {
-        drift(self.ttl)
+        drift_for(self.lease())
     }
 
-    /// How long a lease is known valid after its acquire was sent: `ttl - drift`.
+    /// How long a lease is known valid after its acquire was sent: `lease - drift`.
     pub(crate) const fn validity(&self) -> Duration {
-        self.ttl.saturating_sub(self.drift())
+        self.lease().saturating_sub(self.drift())
     }
 
     /// Checks the rules of the attribute's table (the same code checks the attribute when it
@@ -187,18 +211,23 @@ impl LockOptions {
         Err(LockError::config(name, messages.join("; ")))
     }
 
-    /// The rules these options break; `Err` for a ttl that is not whole milliseconds (Redis keeps
-    /// expiries in milliseconds, so the lease would not be the length asked for).
+    /// The rules these options break; `Err` for a ttl or lease that is not whole milliseconds
+    /// (Redis keeps expiries in milliseconds, so the key would not live as long as asked).
     fn broken_rules(&self) -> Result<Vec<lock_rules::Broken>, String> {
-        let ttl = self.ttl;
-        if !ttl.subsec_nanos().is_multiple_of(1_000_000) {
-            return Err(format!(
-                "ttl = {ttl:?} must be a whole number of milliseconds, at least {}ms; round it",
-                lock_rules::MIN_TTL_MS
-            ));
+        for (option, value) in [("ttl", Some(self.ttl)), ("lease", self.lease)] {
+            if let Some(value) = value
+                && !value.subsec_nanos().is_multiple_of(1_000_000)
+            {
+                return Err(format!(
+                    "{option} = {value:?} must be a whole number of milliseconds, at least {}ms; \
+                     round it",
+                    lock_rules::MIN_TTL_MS
+                ));
+            }
         }
         Ok(lock_rules::check(lock_rules::Durations {
-            ttl: whole_millis(ttl),
+            ttl: whole_millis(self.ttl),
+            lease: self.lease.map(whole_millis),
             max_exec: self.max_exec.map(millis_up),
             renew: self.renew.map(millis_up),
             min_hold: Some(millis_up(self.min_hold)),
@@ -213,6 +242,9 @@ mod tests {
     fn options(durations: lock_rules::Durations) -> LockOptions {
         let ms = Duration::from_millis;
         let mut opts = LockOptions::new(ms(durations.ttl));
+        if let Some(lease) = durations.lease {
+            opts = opts.with_lease(ms(lease));
+        }
         if let Some(max_exec) = durations.max_exec {
             opts = opts.with_max_exec(ms(max_exec));
         }
@@ -273,7 +305,7 @@ mod tests {
         assert_eq!(opts.max_exec(), ms(29_698));
         assert_eq!(opts.renew(), ms(10_000));
         assert_eq!(opts.drift(), ms(302));
-        assert_eq!(drift(ms(150)), ms(3));
+        assert_eq!(drift_for(ms(150)), ms(3));
         assert_eq!(opts.wait(), Duration::ZERO);
         assert_eq!(opts.min_hold(), Duration::ZERO);
     }

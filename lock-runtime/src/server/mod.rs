@@ -299,7 +299,7 @@ impl Node {
             return None;
         }
         let ttl = Duration::from_millis(ttl_ms);
-        let drift = crate::drift(ttl);
+        let drift = crate::drift_for(ttl);
         let margin = (ttl.saturating_sub(drift) / 10)
             .max(drift)
             .min(self.settings.response_timeout / 4);

@@ -18,6 +18,7 @@ pub(crate) struct LeaseState {
     fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
     pub record_fence: bool,
+    /// The key's expiry, set again at each renewal (the options' `lease`).
     pub ttl: Duration,
     pub renew: Duration,
     pub drift: Duration,
@@ -40,6 +41,7 @@ pub(crate) struct Granted {
     pub token: String,
     pub fence: u64,
     pub record_fence: bool,
+    /// The key's expiry (the options' `lease`).
     pub ttl: Duration,
     /// How long the key was set for by the request sent at `started`: the ttl, or the waiter's
     /// grace for a lock granted by a release (extended to the ttl by the first renewal).
@@ -53,9 +55,9 @@ pub(crate) struct Granted {
 impl LeaseState {
     /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
-        let drift = crate::drift(g.ttl);
+        let drift = crate::drift_for(g.ttl);
         let status = StatusCell::new(Status {
-            valid_until: g.started + g.set_for.saturating_sub(crate::drift(g.set_for)),
+            valid_until: g.started + g.set_for.saturating_sub(crate::drift_for(g.set_for)),
             lost: None,
         });
         Self {
