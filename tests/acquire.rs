@@ -1,12 +1,12 @@
 //! Taking a lock: mutual exclusion with fences that grow in lock order, and the uncontended
 //! path's commands (one round trip each way, scripts loaded once).
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use support::{Env, ms, opts};
+use support::{Env, assert_increasing, cycle, ms, opts};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
@@ -46,10 +46,7 @@ async fn mutual_exclusion_across_two_lockers_with_increasing_fences() {
     );
     let fences = fences.lock().unwrap();
     assert_eq!(fences.len(), 2400);
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences must strictly increase in lock order"
-    );
+    assert_increasing(&fences, "fences in lock order");
 }
 
 #[tokio::test]
@@ -57,13 +54,7 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
     let env = Env::start().await;
     let o = opts(5_000);
     // Warm up: the first release loads its script.
-    env.locker
-        .acquire("rt", &o)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&env.locker, "rt", &o).await;
     env.reset_stats().await;
     let lease = env.locker.acquire("rt", &o).await.unwrap();
     // One pipeline of plain commands: SET NX PX GET, TIME, GET of the fence counter. The queue
@@ -82,21 +73,13 @@ async fn an_uncontended_cycle_is_one_round_trip_each_way_and_scripts_load_once()
     // Nobody waits: no release message.
     assert_eq!(env.calls("publish").await, 0);
     for _ in 0..50 {
-        env.locker
-            .acquire("rt", &o)
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(&env.locker, "rt", &o).await;
     }
     assert_eq!(env.calls("eval").await, 0, "scripts are never sent in full");
     assert_eq!(env.calls("script|load").await, 0, "scripts are loaded once");
     assert_eq!(env.calls("evalsha").await, 51);
     // The release recorded the last fence in the counter.
-    let lease = env.locker.acquire("rt", &o).await.unwrap();
-    let fence = lease.fence();
-    lease.release().await.unwrap();
+    let fence = cycle(&env.locker, "rt", &o).await;
     let counter: u64 = env
         .get(&format!("{}:fence", env.key("rt")))
         .await

@@ -3,16 +3,16 @@
 //! its holder: a key whose value belongs to no live lease must be gone within a few round trips,
 //! never left for its ttl.
 
-mod support;
+pub mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{LockOptions, Locker};
+use lock_runtime::{Lease, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
-use support::{Rng, eventually, ms, raw_connection};
+use support::{Rng, cycle, eventually, ms, query, raw_connection};
 use tokio::time::{Instant, sleep, timeout};
 
 const NAMES: [&str; 3] = ["c0", "c1", "c2"];
@@ -51,6 +51,40 @@ struct Drops {
     completed: AtomicU64,
 }
 
+impl Drops {
+    /// Each count, named: the stages a caller was dropped in first, then the leases dropped and
+    /// the sections completed.
+    fn counts(&self) -> [(&'static str, u64); 6] {
+        let counters = [
+            ("acquire", &self.acquire),
+            ("wait", &self.wait),
+            ("body", &self.body),
+            ("release", &self.release),
+            ("leases dropped", &self.lease),
+            ("completed", &self.completed),
+        ];
+        counters.map(|(what, n)| (what, n.load(Ordering::Relaxed)))
+    }
+}
+
+/// The lease of `name`, unless the caller gives up after `cut` (counted in `dropped`) or the
+/// acquire fails.
+async fn acquire_within(
+    locker: &Locker,
+    name: &str,
+    o: &LockOptions,
+    cut: Duration,
+    dropped: &AtomicU64,
+) -> Option<Lease> {
+    match timeout(cut, locker.acquire(name, o)).await {
+        Ok(acquired) => acquired.ok(),
+        Err(_) => {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
 async fn worker(id: u64, locker: Locker, live: Arc<Live>, drops: Arc<Drops>, until: Instant) {
     let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15 ^ ((id + 1) * 7919));
     let o = LockOptions::new(TTL);
@@ -60,33 +94,24 @@ async fn worker(id: u64, locker: Locker, live: Arc<Live>, drops: Arc<Drops>, unt
         let cut = ms(rng.below(60));
         match rng.below(5) {
             // Dropped while the acquire request (or its reply) is out.
-            0 => match timeout(cut, locker.acquire(name, &o)).await {
-                Ok(Ok(lease)) => {
+            0 => {
+                if let Some(lease) = acquire_within(&locker, name, &o, cut, &drops.acquire).await {
                     live.add(lease.token());
                     sleep(ms(rng.below(10))).await;
                     live.remove(lease.token());
                     let _ = lease.release().await;
                     drops.completed.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Err(_)) => {}
-                Err(_) => {
-                    drops.acquire.fetch_add(1, Ordering::Relaxed);
-                }
-            },
+            }
             // Dropped while waiting for a busy lock (subscribing, queued, retrying).
             1 => {
                 let o = o.with_wait(ms(2_000));
-                match timeout(cut + ms(20), locker.acquire(name, &o)).await {
-                    Ok(Ok(lease)) => {
-                        live.add(lease.token());
-                        live.remove(lease.token());
-                        drop(lease);
-                        drops.lease.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Ok(Err(_)) => {}
-                    Err(_) => {
-                        drops.wait.fetch_add(1, Ordering::Relaxed);
-                    }
+                let cut = cut + ms(20);
+                if let Some(lease) = acquire_within(&locker, name, &o, cut, &drops.wait).await {
+                    live.add(lease.token());
+                    live.remove(lease.token());
+                    drop(lease);
+                    drops.lease.fetch_add(1, Ordering::Relaxed);
                 }
             }
             // Dropped in the body of a run.
@@ -147,13 +172,7 @@ async fn callers_dropped_anywhere_leave_no_key_behind() {
     }
     // Scripts loaded before the delay.
     for locker in &lockers {
-        locker
-            .acquire("warm", &LockOptions::new(ms(100)))
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap();
+        cycle(locker, "warm", &LockOptions::new(ms(100))).await;
     }
     proxy.delay(DELAY);
     let live = Arc::new(Live::default());
@@ -171,17 +190,13 @@ async fn callers_dropped_anywhere_leave_no_key_behind() {
         .collect();
 
     // The checker: every key whose value no live lease holds must be gone within BOUND.
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let keys: Vec<String> = NAMES.iter().map(|n| lockers[0].key_of(n)).collect();
     let mut orphans: HashMap<String, Instant> = HashMap::new();
     let (mut samples, mut orphans_seen, mut worst) = (0u64, 0u64, Duration::ZERO);
     let mut leaked = Vec::new();
     while Instant::now() < until + ms(500) {
-        let values: Vec<Option<String>> = redis::cmd("MGET")
-            .arg(&keys)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let values: Vec<Option<String>> = query(&raw, redis::cmd("MGET").arg(&keys)).await;
         let now = Instant::now();
         samples += 1;
         let mut current = HashSet::new();
@@ -211,17 +226,10 @@ async fn callers_dropped_anywhere_leave_no_key_behind() {
     for w in workers {
         w.await.unwrap();
     }
-    let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    let counts = drops.counts();
     println!(
-        "dropped: {} in acquire, {} while waiting, {} in the body, {} in release, {} leases \
-         dropped, {} completed; {samples} samples, {orphans_seen} keys seen without a live \
-         holder, longest {worst:?}",
-        g(&drops.acquire),
-        g(&drops.wait),
-        g(&drops.body),
-        g(&drops.release),
-        g(&drops.lease),
-        g(&drops.completed),
+        "dropped in each stage, leases dropped, sections completed: {counts:?}; {samples} \
+         samples, {orphans_seen} keys seen without a live holder, longest {worst:?}"
     );
     assert!(
         leaked.is_empty(),
@@ -230,34 +238,18 @@ async fn callers_dropped_anywhere_leave_no_key_behind() {
     );
     // The faults happened: callers were dropped at every stage, and keys did outlive their
     // caller for a moment (their cleanup was on its way).
-    for (stage, n) in [
-        ("acquire", g(&drops.acquire)),
-        ("wait", g(&drops.wait)),
-        ("body", g(&drops.body)),
-        ("release", g(&drops.release)),
-    ] {
-        assert!(n > 0, "no caller was dropped in {stage}");
+    for (stage, n) in &counts[..4] {
+        assert!(*n > 0, "no caller was dropped in {stage}");
     }
     assert!(
         orphans_seen > 0,
         "no key was ever seen without a live holder"
     );
     // Nothing is left: no lock key, no queue.
-    eventually(ms(2_000), "no lock or queue key left", || {
-        let mut raw = raw.clone();
-        async move {
-            let left: Vec<String> = redis::cmd("KEYS")
-                .arg("lock:{c*}")
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            let queues: Vec<String> = redis::cmd("KEYS")
-                .arg("lock:{c*}:waiters*")
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            left.is_empty() && queues.is_empty()
-        }
+    eventually(ms(2_000), "no lock or queue key left", || async {
+        let left: Vec<String> = query(&raw, redis::cmd("KEYS").arg("lock:{c*}")).await;
+        let queues: Vec<String> = query(&raw, redis::cmd("KEYS").arg("lock:{c*}:waiters*")).await;
+        left.is_empty() && queues.is_empty()
     })
     .await;
 }

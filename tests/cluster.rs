@@ -3,21 +3,32 @@
 //! Each test starts its own cluster; they run one at a time (`SERIAL`: a cluster is 6
 //! processes, and the failover and resharding tests time real cluster events on 2 cores).
 
-mod support;
+pub mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use lock_runtime::{LockError, LockOptions, Locker};
+use lock_runtime::{LockError, LockOptions, Locker, LockerBuilder};
 use lock_testing::{RedisCluster, RedisServer, key_slot};
-use support::fenced::{FencedStore, Mode};
-use support::{Failure, SERIAL, ms};
+use support::fenced::FencedStore;
+use support::history::Mode;
+use support::{
+    Failure, SERIAL, assert_mentions, calls, eventually, ms, query, raw_connection_to, reset_stats,
+};
 use tokio::time::Instant;
 
-async fn cluster_locker(cluster: &RedisCluster) -> Locker {
-    Locker::builder()
-        .cluster(cluster.urls())
+/// A locker on `cluster`, connected with the settings `configure` adds.
+async fn cluster_locker_with(
+    cluster: &RedisCluster,
+    configure: impl FnOnce(LockerBuilder) -> LockerBuilder,
+) -> Result<Locker, LockError> {
+    configure(Locker::builder().cluster(cluster.urls()))
         .connect()
+        .await
+}
+
+async fn cluster_locker(cluster: &RedisCluster) -> Locker {
+    cluster_locker_with(cluster, |b| b)
         .await
         .expect("cluster locker connects")
 }
@@ -51,40 +62,32 @@ fn owners(cluster: &RedisCluster, locker: &Locker, names: &[String]) -> HashMap<
         .collect()
 }
 
-/// The value of `field` in `INFO <section>` of the node on `port`.
-async fn info_field(port: u16, section: &str, field: &str) -> String {
-    let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let prefix = format!("{field}:");
+/// How many times the node on `port` answered with the error `kind` (INFO errorstats).
+async fn errors_answered(port: u16, kind: &str) -> u64 {
+    let info: String = query(
+        &raw_connection_to(port).await,
+        redis::cmd("INFO").arg("errorstats"),
+    )
+    .await;
+    let prefix = format!("errorstat_{kind}:count=");
     info.lines()
         .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or("")
-        .trim()
-        .to_owned()
+        .map_or(0, |n| n.trim().parse().unwrap())
 }
 
-/// EVALSHA calls on the node on `port` since its stats were reset.
-async fn evalsha_calls(port: u16) -> u64 {
-    info_field(port, "commandstats", "cmdstat_evalsha")
-        .await
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("calls="))
-        .map_or(0, |n| n.parse().unwrap())
+/// How many times `command` ran on the node on `port` since its stats were reset.
+async fn calls_on(port: u16, command: &str) -> u64 {
+    calls(&raw_connection_to(port).await, command).await
 }
 
 /// Whether the node on `port` has a sharded subscriber on `channel` or on a channel under it
 /// (a locker's grant channel, `<channel>:<id>`).
 async fn shard_channel_listened(port: u16, channel: &str) -> bool {
-    let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("SHARDCHANNELS")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let channels: Vec<String> = query(
+        &raw_connection_to(port).await,
+        redis::cmd("PUBSUB").arg("SHARDCHANNELS"),
+    )
+    .await;
     channels.iter().any(|c| c.starts_with(channel))
 }
 
@@ -194,7 +197,7 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     // The waiter is subscribed on the lock's primary once its channel shows there.
     let channel = format!("{}:released", a.key_of("report"));
     let owner = cluster.primary_for_key(a.key_of("report")).port;
-    support::eventually(ms(5_000), "the waiter's SSUBSCRIBE", || {
+    eventually(ms(5_000), "the waiter's SSUBSCRIBE", || {
         shard_channel_listened(owner, &channel)
     })
     .await;
@@ -208,7 +211,7 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     // The holder's key had about 20 s left: only the release message explains a hand-off now.
     assert!(handoff < ms(2_000), "hand-off took {handoff:?}");
     // Nobody waits any more: the subscription is gone from the primary.
-    support::eventually(ms(5_000), "the SSUBSCRIBE undone", || async {
+    eventually(ms(5_000), "the SSUBSCRIBE undone", || async {
         !shard_channel_listened(owner, &channel).await
     })
     .await;
@@ -244,8 +247,7 @@ async fn cluster_renews_10000_leases_in_one_pipeline_per_primary() {
     let spread = owners(&cluster, &locker, &names);
     let primaries: Vec<u16> = cluster.primaries().iter().map(|p| p.port).collect();
     for &p in &primaries {
-        support::reset_stats(&support::raw_connection(&format!("redis://127.0.0.1:{p}")).await)
-            .await;
+        reset_stats(&raw_connection_to(p).await).await;
     }
     let held_for = ttl * 3;
     let began = Instant::now();
@@ -279,7 +281,7 @@ async fn cluster_renews_10000_leases_in_one_pipeline_per_primary() {
     let mut report = Vec::new();
     for &p in &primaries {
         let on_it = spread.values().filter(|&&o| o == p).count();
-        let calls = evalsha_calls(p).await as f64 / rounds;
+        let calls = calls_on(p, "evalsha").await as f64 / rounds;
         report.push(format!(
             "primary {p}: {on_it} leases, {calls:.1} script calls per round"
         ));
@@ -355,7 +357,7 @@ async fn cluster_primary_killed_leases_kept_or_lost_never_doubled() {
         }));
     }
     // Every holder holds before the fault.
-    support::eventually(ms(5_000), "every holder in its body", || {
+    eventually(ms(5_000), "every holder in its body", || {
         let base = base.clone();
         let names = names.clone();
         async move {
@@ -501,10 +503,7 @@ async fn cluster_resharding_under_load_surfaces_no_error() {
     for n in &names[..4] {
         held.push(locker.acquire(n, &held_opts).await.unwrap());
     }
-    support::reset_stats(
-        &support::raw_connection(&format!("redis://127.0.0.1:{}", source.port)).await,
-    )
-    .await;
+    reset_stats(&raw_connection_to(source.port).await).await;
     let c = Arc::clone(&cluster);
     let (range, to) = (moved.clone(), target.port);
     let began = Instant::now();
@@ -548,11 +547,7 @@ async fn cluster_resharding_under_load_surfaces_no_error() {
     // in INFO errorstats), and the engine followed each one.
     let mut redirects = Vec::new();
     for kind in ["MOVED", "ASK", "TRYAGAIN"] {
-        let count: u64 = info_field(source.port, "errorstats", &format!("errorstat_{kind}"))
-            .await
-            .strip_prefix("count=")
-            .map_or(0, |n| n.parse().unwrap());
-        redirects.push((kind, count));
+        redirects.push((kind, errors_answered(source.port, kind).await));
     }
     assert!(
         redirects.iter().any(|&(_, n)| n > 0),
@@ -587,10 +582,7 @@ async fn cluster_url_of_a_standalone_server_is_a_clear_error() {
 async fn cluster_replicas_are_checked_and_acknowledge() {
     let _one = SERIAL.lock().await;
     let cluster = RedisCluster::start();
-    let locker = Locker::builder()
-        .cluster(cluster.urls())
-        .replicas(1)
-        .connect()
+    let locker = cluster_locker_with(&cluster, |b| b.replicas(1))
         .await
         .unwrap();
     // A wait: on a loaded machine the replica's first acknowledgement can miss the WAIT's bound
@@ -602,27 +594,16 @@ async fn cluster_replicas_are_checked_and_acknowledge() {
     tokio::time::sleep(ms(1_500)).await;
     assert!(lease.is_held());
     let owner = cluster.primary_for_key(locker.key_of("acked"));
-    let waits: u64 = info_field(owner.port, "commandstats", "cmdstat_wait")
-        .await
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("calls="))
-        .map_or(0, |n| n.parse().unwrap());
+    let waits = calls_on(owner.port, "wait").await;
     assert!(
         waits >= 3,
         "acquire and renewals were acknowledged: {waits} WAITs"
     );
     lease.release().await.unwrap();
-    let err = Locker::builder()
-        .cluster(cluster.urls())
-        .replicas(2)
-        .connect()
+    let err = cluster_locker_with(&cluster, |b| b.replicas(2))
         .await
         .unwrap_err();
-    let text = err.to_string();
-    assert!(
-        text.contains("replicas(2)") && text.contains("has 1 connected replica"),
-        "{text}"
-    );
+    assert_mentions(&err, &["replicas(2)", "has 1 connected replica"]);
 }
 
 /// Inspection on a cluster: `list` scans every primary, `inspect` reads the lock's slot, and the
@@ -631,10 +612,7 @@ async fn cluster_replicas_are_checked_and_acknowledge() {
 async fn cluster_list_and_inspect_see_every_primary() {
     let _one = SERIAL.lock().await;
     let cluster = RedisCluster::start();
-    let locker = Locker::builder()
-        .cluster(cluster.urls())
-        .label("cluster-test")
-        .connect()
+    let locker = cluster_locker_with(&cluster, |b| b.label("cluster-test"))
         .await
         .unwrap();
     let names: Vec<String> = (0..30).map(|i| format!("shard:{i}")).collect();

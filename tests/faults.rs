@@ -8,17 +8,21 @@
 //! The tests of this file run one at a time (`SERIAL`): they measure lease timings on a small
 //! machine, and one test running four holder processes would skew the others.
 
-mod support;
+pub mod support;
 
 use std::os::unix::process::ExitStatusExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{Lease, LockError, Locker, LostReason, drift};
+use lock_runtime::{Lease, LockError, Locker, LostReason};
 use lock_testing::{FaultProxy, RedisServer};
-use support::fenced::{FencedStore, Mode, Report};
+use support::fenced::FencedStore;
+use support::history::{Event, Mode, Report};
 use support::holder::{Holder, field, num_field};
-use support::{Env, SERIAL, eventually, ms, opts};
+use support::{
+    Env, SERIAL, SleepingBody, acquire_retrying, assert_increasing, assert_mentions, cycle,
+    eventually, lost_reason, ms, opts, query,
+};
 use tokio::time::{Instant, timeout};
 
 /// A fenced store on a redis-server of its own.
@@ -73,15 +77,15 @@ async fn acquire_through(
     name: &str,
     o: &lock_runtime::LockOptions,
 ) -> Result<Lease, LockError> {
-    let until = Instant::now() + ms(5_000);
-    loop {
-        match locker.acquire(name, o).await {
-            Err(LockError::Redis { .. }) if Instant::now() < until => {
-                tokio::time::sleep(ms(10)).await
-            }
-            other => return other,
-        }
-    }
+    acquire_retrying(locker, name, o, |e| matches!(e, LockError::Redis { .. })).await
+}
+
+/// A private server, the proxy of its faults, and a locker that reaches it through the proxy.
+async fn proxied_env() -> (Env, FaultProxy, Locker) {
+    let env = Env::start().await;
+    let proxy = FaultProxy::start(env.server.addr()).await;
+    let locker = Locker::connect(&proxy.url()).await.unwrap();
+    (env, proxy, locker)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -328,10 +332,13 @@ async fn paused_holder_async_body_is_cancelled_or_refused() {
         let a_fence = num_field(&a.expect("entered", Duration::from_secs(10)).await, "fence");
         a.pause().await;
         // Did the pause land before A's write? The store's history says.
-        let wrote_before_pause =
-            store.store.history().await.unwrap().iter().any(
-                |e| matches!(e, support::fenced::Event::Write { client: c, .. } if *c == client),
-            );
+        let wrote_before_pause = store
+            .store
+            .history()
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Event::Write { client: c, .. } if *c == client));
         let o = opts(2_000).with_wait(ms(5_000));
         let b_client = format!("B{round}");
         let b_fence = env
@@ -427,9 +434,7 @@ enum Style {
 }
 
 async fn silenced_holder(fault: Silence) {
-    let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let a = Locker::connect(&proxy.url()).await.unwrap();
+    let (env, proxy, a) = proxied_env().await;
     // B goes straight to Redis (connected now: it could not connect to a frozen Redis).
     let b = env.second_locker().await;
     const TTL: u64 = 1_000;
@@ -509,14 +514,9 @@ async fn silenced_holder(fault: Silence) {
         let ended_at = ended.lock().unwrap().expect("the holder saw the end");
         // The fault happened: no renewal got through, the lease ran out.
         match style {
-            Style::Body => assert!(
-                matches!(
-                    res,
-                    Err(LockError::Lost {
-                        reason: LostReason::ValidityExpired,
-                        ..
-                    })
-                ),
+            Style::Body => assert_eq!(
+                lost_reason(&res),
+                Some(LostReason::ValidityExpired),
                 "round {round} ({fault:?}, {style:?}): {res:?}"
             ),
             Style::Lease => assert!(
@@ -535,8 +535,8 @@ async fn silenced_holder(fault: Silence) {
         println!(
             "round {round} ({fault:?}, {style:?}): ended {late:?} after the lease's deadline; \
              the key cannot expire before {:?} after it{}",
-            drift(ms(TTL)),
-            if late >= drift(ms(TTL)) {
+            opts(TTL).drift(),
+            if late >= opts(TTL).drift() {
                 " (LATE: scheduler stall?)"
             } else {
                 ""
@@ -626,13 +626,7 @@ async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_tim
         .unwrap();
     // Connected, scripts loaded: what follows is the plain-command path and the release script.
     let long = opts(30_000);
-    locker
-        .acquire("silent-warm", &long)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&locker, "silent-warm", &long).await;
     let held = locker.acquire("silent-held", &long).await.unwrap();
     proxy.blackhole();
     // Within the bound, plus scheduling slack on a loaded machine; far below the 30 s ttl.
@@ -647,10 +641,7 @@ async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_tim
     .unwrap_err();
     let took = started.elapsed();
     assert!(matches!(err, LockError::Redis { .. }), "{err:?}");
-    assert!(
-        err.to_string().contains("did not answer within 300ms"),
-        "{err}"
-    );
+    assert_mentions(&err, &["did not answer within 300ms"]);
     assert!(took >= response && took < bound, "acquire took {took:?}");
     let started = Instant::now();
     let err = timeout(Duration::from_secs(10), held.release())
@@ -670,18 +661,11 @@ async fn a_silent_connection_bounds_each_acquire_and_release_by_the_response_tim
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_reply_delayed_past_ttl_is_not_held() {
     let _serial = SERIAL.lock().await;
-    let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let a = Locker::connect(&proxy.url()).await.unwrap();
+    let (env, proxy, a) = proxied_env().await;
     const TTL: u64 = 200;
     // Load the scripts first: a first EVALSHA answered NOSCRIPT after the timeout would never
     // reach the acquire itself.
-    a.acquire("delayed-warm", &opts(TTL))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&a, "delayed-warm", &opts(TTL)).await;
     let rounds = 3;
     let (mut held, mut granted) = (0, 0);
     for round in 0..rounds {
@@ -689,15 +673,11 @@ async fn acquire_reply_delayed_past_ttl_is_not_held() {
         let key = env.key(&name);
         // Watches the key from the side, so that the grant is seen while it lasts.
         let watcher = {
-            let (mut raw, key) = (env.raw.clone(), key.clone());
+            let (raw, key) = (env.raw.clone(), key.clone());
             tokio::spawn(async move {
                 let until = Instant::now() + ms(2_000);
                 while Instant::now() < until {
-                    let v: Option<String> = redis::cmd("GET")
-                        .arg(&key)
-                        .query_async(&mut raw)
-                        .await
-                        .unwrap();
+                    let v: Option<String> = query(&raw, redis::cmd("GET").arg(&key)).await;
                     if v.is_some() {
                         return true;
                     }
@@ -758,7 +738,7 @@ async fn acquire_reply_delayed_past_ttl_is_not_held() {
     );
     // Counted from the reply, the deadline would be `replied + ttl - drift`; counted from the
     // send, it is a round trip (>= 120 ms here) earlier.
-    let from_reply = replied + ms(LONG) - drift(ms(LONG));
+    let from_reply = replied + ms(LONG) - opts(LONG).drift();
     assert!(
         lease.deadline() + ms(100) <= from_reply,
         "validity ends only {:?} before reply + ttl - drift: not counted from the send",
@@ -775,9 +755,7 @@ async fn acquire_reply_delayed_past_ttl_is_not_held() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_during_release_never_deletes_another_holders_key() {
     let _serial = SERIAL.lock().await;
-    let env = Env::start().await;
-    let proxy = FaultProxy::start(env.server.addr()).await;
-    let a = Locker::connect(&proxy.url()).await.unwrap();
+    let (env, proxy, a) = proxied_env().await;
     let (name, key) = ("reset", env.key("reset"));
     let rounds = 100;
     let (mut intact, mut reported_ok, mut reported_err, mut applied_unreported) = (0, 0, 0, 0);
@@ -867,44 +845,22 @@ async fn restarted_redis_the_holder_learns_at_its_next_renewal() {
     let mut learned = 0;
     let mut fences = Vec::new();
     for round in 0..rounds {
-        let name = "restarted".to_owned();
-        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let run = {
-            let (locker, name, finished) = (env.locker.clone(), name.clone(), finished.clone());
-            tokio::spawn(async move {
-                locker
-                    .run(&name, &o, async |lease| {
-                        started_tx.send(lease.fence()).unwrap();
-                        tokio::time::sleep(ms(5_000)).await;
-                        finished.store(true, std::sync::atomic::Ordering::SeqCst);
-                    })
-                    .await
-            })
-        };
-        fences.push(started_rx.await.unwrap());
+        let (body, fence) = SleepingBody::start(&env.locker, "restarted", o).await;
+        fences.push(fence);
         let pid = env.server.pid();
         tokio::task::block_in_place(|| env.server.restart());
         // The fault happened: a new process, with an empty data set.
         assert_ne!(env.server.pid(), pid);
-        let res = timeout(ms(5_000), run)
-            .await
-            .expect("the body ends")
-            .unwrap();
-        // NotOwner: learned from a renewal's reply, long before the validity would run out.
+        let (res, took) = body.cut_short().await;
         assert!(
-            matches!(
-                res,
-                Err(LockError::Lost {
-                    reason: LostReason::NotOwner,
-                    ..
-                })
-            ),
-            "round {round}: {res:?}"
+            took < ms(5_000),
+            "round {round}: the body ended after {took:?}"
         );
-        assert!(
-            !finished.load(std::sync::atomic::Ordering::SeqCst),
-            "round {round}: the body ran to its end"
+        // NotOwner: learned from a renewal's reply, long before the validity would run out.
+        assert_eq!(
+            lost_reason(&res),
+            Some(LostReason::NotOwner),
+            "round {round}: {res:?}"
         );
         learned += 1;
     }
@@ -913,8 +869,5 @@ async fn restarted_redis_the_holder_learns_at_its_next_renewal() {
     // server's clock, so successive holders still get growing fences (docs/guarantees.md, "Fences
     // never go back").
     println!("fences of successive holders of one name, a restart between each: {fences:?}");
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "a fence went back across a restart: {fences:?}"
-    );
+    assert_increasing(&fences, "fences across restarts");
 }

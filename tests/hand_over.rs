@@ -3,16 +3,18 @@
 //! holder's value; a grant survives a cancelled grantee, a lost message, a newcomer, and keeps
 //! the fence counter's retention.
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use lock_runtime::Locker;
+use lock_runtime::{Lease, Locker};
 use support::monitor::Monitor;
+use support::queue::{
+    first_waiter, queue_len, queue_stalled_waiter, queue_taker, queue_waiter, queued,
+};
 use support::{
-    Env, eventually, ms, opts, queue_len, queue_stalled_waiter, queue_waiter, queued, set_for,
-    take_and_release,
+    Env, assert_increasing, eventually, listen, ms, opts, query, set_for, take_and_release, within,
 };
 use tokio::time::Instant;
 
@@ -22,14 +24,21 @@ async fn mark(env: &Env, key: &str, token: &str) {
     let unmarked = token
         .strip_suffix(";w=0")
         .expect("the mark's field ends the value");
-    let mut raw = env.raw.clone();
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg(format!("{unmarked};w=1"))
-        .arg("KEEPTTL")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let marked = format!("{unmarked};w=1");
+    let () = query(
+        &env.raw,
+        redis::cmd("SET").arg(key).arg(marked).arg("KEEPTTL"),
+    )
+    .await;
+}
+
+/// A private server on which the lock `name` is held (ttl `ttl_ms`): the server, the lock's key
+/// and the holder's lease.
+async fn held(name: &str, ttl_ms: u64) -> (Env, String, Lease) {
+    let env = Env::start().await;
+    let key = env.key(name);
+    let holder = env.locker.acquire(name, &opts(ttl_ms)).await.unwrap();
+    (env, key, holder)
 }
 
 /// Each release grants the lock to the first waiter and wakes only that one, which holds it
@@ -55,22 +64,13 @@ async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
             } else {
                 env.second_locker().await
             };
-            waiters.push(take_and_release(
-                locker,
-                name,
-                opts(10_000).with_wait(ms(10_000)),
-            ));
-            queued(&env, name, i + 1).await;
+            waiters.push(queue_taker(&env, locker, name, ms(10_000), i + 1).await);
         }
         env.reset_stats().await;
         let mut fences = vec![holder.fence()];
         holder.release().await.unwrap();
         for w in waiters {
-            let fence = tokio::time::timeout(ms(5_000), w)
-                .await
-                .expect("every waiter gets the lock in turn")
-                .unwrap();
-            fences.push(fence);
+            fences.push(within(ms(5_000), w, "every waiter gets the lock in turn").await);
         }
         let needless = env.calls("hset").await;
         assert!(
@@ -83,10 +83,7 @@ async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
             scripts <= 7 + needless,
             "{scripts} script calls for 7 releases (shared locker: {shared})"
         );
-        assert!(
-            fences.windows(2).all(|w| w[0] < w[1]),
-            "fences in the order of the hand-overs: {fences:?}"
-        );
+        assert_increasing(&fences, "fences in the order of the hand-overs");
         assert_eq!(queue_len(&env, name).await, 0);
     }
 }
@@ -96,10 +93,8 @@ async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
 /// own, well before the grace ends, and a hold longer than the grace keeps the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
-    let env = Env::start().await;
     let name = "granted-long";
-    let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let (env, key, holder) = held(name, 10_000).await;
     let waiter_locker = env.second_locker().await;
     let waiter = tokio::spawn(async move {
         waiter_locker
@@ -115,10 +110,7 @@ async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
         (0..=1_000).contains(&granted_pttl),
         "granted for the grace, not the ttl: pttl {granted_pttl} ms"
     );
-    let lease = tokio::time::timeout(ms(2_000), waiter)
-        .await
-        .expect("the grantee holds the lock")
-        .unwrap();
+    let lease = within(ms(2_000), waiter, "the grantee holds the lock").await;
     assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
     // The server extends the key before the renewal's reply reaches the lease: wait for both.
     eventually(
@@ -188,6 +180,27 @@ impl OwnRuntime {
         }
     }
 
+    /// A waiter for the lock `name` (ttl `ttl_ms`, waiting up to 20 s) on a runtime of its own:
+    /// once it holds the lock, it sends what `seen` makes of its lease on the returned channel,
+    /// and releases the lock.
+    fn taker<T: Send + 'static>(
+        url: String,
+        name: &'static str,
+        ttl_ms: u64,
+        seen: impl FnOnce(&Lease) -> T + Send + 'static,
+    ) -> (Self, tokio::sync::oneshot::Receiver<T>) {
+        let (got_tx, got_rx) = tokio::sync::oneshot::channel();
+        let waiter = Self::start(url, move |locker| async move {
+            let lease = locker
+                .acquire(name, &opts(ttl_ms).with_wait(ms(20_000)))
+                .await
+                .unwrap();
+            let _ = got_tx.send(seen(&lease));
+            lease.release().await.unwrap();
+        });
+        (waiter, got_rx)
+    }
+
     /// Returns once the runtime is frozen. Returning earlier let the runtime run on for a moment
     /// under load: long enough, after a fault made right after this, to react to it (reconnect,
     /// subscribe again) before freezing, which the fault was meant to keep it from.
@@ -213,10 +226,8 @@ impl OwnRuntime {
 /// waiter that never learnt of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
-    let env = Env::start().await;
     let name = "granted-then-cancelled";
-    let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(30_000)).await.unwrap();
+    let (env, key, holder) = held(name, 30_000).await;
     let first_took = Arc::new(AtomicBool::new(false));
     let took = first_took.clone();
     let first = OwnRuntime::start(env.server.url(), move |locker| async move {
@@ -243,10 +254,7 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
     first.task.abort();
     let begun = Instant::now();
     first.resume();
-    let fence = tokio::time::timeout(ms(5_000), second)
-        .await
-        .expect("the lock went on to the second waiter")
-        .unwrap();
+    let fence = within(ms(5_000), second, "the lock went on to the second waiter").await;
     // At once: not when the grant's grace (at least 300 ms from the release) ran out.
     assert!(
         begun.elapsed() < ms(200),
@@ -268,34 +276,23 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
 /// connection and the release publishes the grant to nobody.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
-    let env = Env::start().await;
     let name = "grant-lost";
-    let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(30_000)).await.unwrap();
-    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
-    let waiter = OwnRuntime::start(env.server.url(), move |locker| async move {
-        let lease = locker
-            .acquire(name, &opts(30_000).with_wait(ms(20_000)))
-            .await
-            .unwrap();
-        let _ = got_tx.send((Instant::now(), lease.token().to_owned(), lease.fence()));
-        lease.release().await.unwrap();
+    let (env, key, holder) = held(name, 30_000).await;
+    let (waiter, got_rx) = OwnRuntime::taker(env.server.url(), name, 30_000, |lease| {
+        (Instant::now(), lease.token().to_owned(), lease.fence())
     });
     queued(&env, name, 1).await;
-    let mut raw = env.raw.clone();
-    let (_, grant_channel) = support::first_waiter(&env.raw, &key).await;
+    let (_, grant_channel) = first_waiter(&env.raw, &key).await;
     eventually(ms(2_000), "the waiter listens for its grant", || async {
         env.subscribers(&grant_channel).await == 1
     })
     .await;
     waiter.freeze();
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let _: i64 = query(
+        &env.raw,
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub"),
+    )
+    .await;
     assert_eq!(
         env.subscribers(&grant_channel).await,
         0,
@@ -345,12 +342,7 @@ async fn a_waiter_whose_state_has_no_ttl_gets_a_hand_over_by_id() {
     assert_eq!(queue_len(&env, name).await, 1, "the elder still queues");
     // A waiter with a ttl in its state queues behind the next holder and marks its value.
     let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
-    let waiter = take_and_release(
-        env.second_locker().await,
-        name,
-        opts(10_000).with_wait(ms(5_000)),
-    );
-    queued(&env, name, 2).await;
+    let waiter = queue_taker(&env, env.second_locker().await, name, ms(5_000), 2).await;
     holder.release().await.unwrap();
     assert_eq!(env.get(&key).await.as_deref(), Some("~elder"));
     let pttl = env.pttl(&key).await;
@@ -360,10 +352,7 @@ async fn a_waiter_whose_state_has_no_ttl_gets_a_hand_over_by_id() {
     );
     // The elder never comes back: the other waiter gets the lock after its grace.
     let start = Instant::now();
-    tokio::time::timeout(ms(5_000), waiter)
-        .await
-        .expect("the waiter gets the lock")
-        .unwrap();
+    within(ms(5_000), waiter, "the waiter gets the lock").await;
     assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
 }
 
@@ -388,12 +377,7 @@ async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
         .expect("the mark's field ends the value");
     let marked = format!("{unmarked};w=1");
     let pttl_before = env.pttl(&key).await;
-    let waiter = take_and_release(
-        env.second_locker().await,
-        name,
-        opts(10_000).with_wait(ms(10_000)),
-    );
-    queued(&env, name, 1).await;
+    let waiter = queue_taker(&env, env.second_locker().await, name, ms(10_000), 1).await;
     assert_eq!(env.get(&key).await.as_deref(), Some(marked.as_str()));
     let pttl_marked = env.pttl(&key).await;
     assert!(
@@ -411,10 +395,7 @@ async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
     assert!(holder.is_held());
     let monitor = Monitor::start(env.server.addr());
     holder.release().await.unwrap();
-    let fence = tokio::time::timeout(ms(5_000), waiter)
-        .await
-        .expect("the waiter gets the lock")
-        .unwrap();
+    let fence = within(ms(5_000), waiter, "the waiter gets the lock").await;
     assert!(fence > 0);
     // Only a release's script publishes a grant (`~<waiter id> <token> <fence>`); MONITOR
     // reports it a little later than the server runs it.
@@ -448,12 +429,7 @@ async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
         (None, -1..=-1),
     ] {
         let name = format!("retention-{}", pttl_in.end());
-        let holder_locker = Locker::builder()
-            .url(env.server.url())
-            .fence_retention(retention)
-            .connect()
-            .await
-            .unwrap();
+        let holder_locker = env.locker_with(|b| b.fence_retention(retention)).await;
         let holder = holder_locker
             .acquire(&name, &opts(5_000).without_fence())
             .await
@@ -467,10 +443,8 @@ async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
         });
         queued(&env, &name, 1).await;
         holder.release().await.unwrap();
-        let granted = tokio::time::timeout(ms(5_000), waiter)
+        let granted = within(ms(5_000), waiter, "the waiter gets the lock")
             .await
-            .expect("the waiter gets the lock")
-            .unwrap()
             .unwrap();
         let counter = format!("{}:fence", env.key(&name));
         let pttl = env.pttl(&counter).await;
@@ -495,17 +469,9 @@ async fn a_waiter_never_changes_a_value_without_the_mark() {
         "0123456789abcdef0123456789abcdef;host=h;pid=7",
     ] {
         set_for(&env, &key, value, ms(700)).await;
-        let waiter = take_and_release(
-            env.second_locker().await,
-            name,
-            opts(10_000).with_wait(ms(5_000)),
-        );
-        queued(&env, name, 1).await;
+        let waiter = queue_taker(&env, env.second_locker().await, name, ms(5_000), 1).await;
         assert_eq!(env.get(&key).await.as_deref(), Some(value));
-        tokio::time::timeout(ms(5_000), waiter)
-            .await
-            .expect("taken once the key expired")
-            .unwrap();
+        within(ms(5_000), waiter, "taken once the key expired").await;
     }
 }
 
@@ -523,14 +489,8 @@ async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_firs
     // A holder that died, its value with the waiters' mark field: its key expires in 500 ms.
     let dead = "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0";
     set_for(&env, &key, dead, ms(500)).await;
-    let (got_tx, got_rx) = tokio::sync::oneshot::channel();
-    let waiter = OwnRuntime::start(env.server.url(), move |locker| async move {
-        let lease = locker
-            .acquire(name, &opts(10_000).with_wait(ms(20_000)))
-            .await
-            .unwrap();
-        let _ = got_tx.send(lease.token().to_owned());
-        lease.release().await.unwrap();
+    let (waiter, got_rx) = OwnRuntime::taker(env.server.url(), name, 10_000, |lease| {
+        lease.token().to_owned()
     });
     queued(&env, name, 1).await;
     let marked_dead = format!("{}1", &dead[..dead.len() - 1]);
@@ -573,13 +533,11 @@ async fn released_messages(
     key: &str,
     listener: &mut tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
 ) -> Vec<(String, String)> {
-    let mut raw = env.raw.clone();
-    let _: i64 = redis::cmd("PUBLISH")
+    let marker = redis::cmd("PUBLISH")
         .arg(format!("{key}:released:end"))
         .arg("end")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+        .clone();
+    let _: i64 = query(&env.raw, &marker).await;
     let mut got = Vec::new();
     loop {
         let message = tokio::time::timeout(ms(2_000), listener.recv())
@@ -598,30 +556,19 @@ async fn released_messages(
 /// connections of the other lockers (services) are not woken by a message that is not theirs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_is_published_to_the_grantees_locker_only() {
-    let env = Env::start().await;
     let name = "grant-channel";
-    let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
-    let waiter = take_and_release(
-        env.second_locker().await,
-        name,
-        opts(10_000).with_wait(ms(5_000)),
-    );
-    queued(&env, name, 1).await;
-    let (head, grant_channel) = support::first_waiter(&env.raw, &key).await;
+    let (env, key, holder) = held(name, 10_000).await;
+    let waiter = queue_taker(&env, env.second_locker().await, name, ms(5_000), 1).await;
+    let (head, grant_channel) = first_waiter(&env.raw, &key).await;
     // The waiter listens on both: the lock's channel and its locker's grant channel.
     let lock_channel = format!("{key}:released");
     eventually(ms(2_000), "the waiter subscribed to its grants", || async {
         env.subscribers(&lock_channel).await == 1 && env.subscribers(&grant_channel).await == 1
     })
     .await;
-    let (_conn, mut listener) =
-        support::listen(&env.server.url(), &format!("{key}:released*")).await;
+    let (_conn, mut listener) = listen(&env.server.url(), &format!("{key}:released*")).await;
     holder.release().await.unwrap();
-    tokio::time::timeout(ms(5_000), waiter)
-        .await
-        .expect("the grantee took the lock")
-        .unwrap();
+    within(ms(5_000), waiter, "the grantee took the lock").await;
     let messages = released_messages(&env, &key, &mut listener).await;
     assert_eq!(
         messages.len(),
@@ -638,15 +585,12 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
 /// lock's channel, which such waiters listen to.
 #[tokio::test]
 async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
-    let env = Env::start().await;
     let name = "grant-shared";
-    let key = env.key(name);
-    let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
+    let (env, key, holder) = held(name, 10_000).await;
     queue_waiter(&env, &key, "elder", "nonce 10000 300").await;
     // Such a waiter marks the holder's value as it queues, so that the release looks at the queue.
     mark(&env, &key, holder.token()).await;
-    let (_conn, mut listener) =
-        support::listen(&env.server.url(), &format!("{key}:released*")).await;
+    let (_conn, mut listener) = listen(&env.server.url(), &format!("{key}:released*")).await;
     holder.release().await.unwrap();
     assert_eq!(env.get(&key).await.as_deref(), Some("nonce"), "granted");
     let messages = released_messages(&env, &key, &mut listener).await;

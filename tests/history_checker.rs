@@ -2,11 +2,11 @@
 //! holds, lost updates and stale writes accepted, tells refused stale writes and cancelled
 //! bodies apart from overlaps, and sorts out-of-order input.
 
-mod support;
+pub mod support;
 
 #[test]
 fn checker_reports_overlaps_lost_updates_and_stale_writes() {
-    use support::fenced::{Event, check};
+    use support::history::{Event, check};
     let enter = |seq, client: &str, fence, basis| Event::Enter {
         seq,
         client: client.into(),
@@ -32,13 +32,18 @@ fn checker_reports_overlaps_lost_updates_and_stale_writes() {
         (0, 0, 2)
     );
     assert!(clean.fences_increasing);
+    // Two holders read the counter, `a` under fence 1, then `b` under fence 2; then both write:
+    // each write as (client, fence, accepted), in the order they reach the store.
+    let both_read_then_write = |first: (&str, u64, bool), second: (&str, u64, bool)| {
+        check(&[
+            enter(1, "a", 1, 0),
+            enter(2, "b", 2, 0),
+            write(3, first.0, first.1, 0, first.2),
+            write(4, second.0, second.1, 0, second.2),
+        ])
+    };
     // A stale holder (fence 1) writes after a newer one (fence 2) read and wrote: refused.
-    let fenced = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "b", 2, 0, true),
-        write(4, "a", 1, 0, false),
-    ]);
+    let fenced = both_read_then_write(("b", 2, true), ("a", 1, false));
     assert_eq!(
         (
             fenced.overlaps.len(),
@@ -49,22 +54,12 @@ fn checker_reports_overlaps_lost_updates_and_stale_writes() {
     );
     assert_eq!(fenced.violations(), 0);
     // The same history with the stale write accepted: an overlap, a lost update, a stale write.
-    let unfenced = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "b", 2, 0, true),
-        write(4, "a", 1, 0, true),
-    ]);
+    let unfenced = both_read_then_write(("b", 2, true), ("a", 1, true));
     assert_eq!(unfenced.unsafe_overlaps, 1);
     assert_eq!(unfenced.lost_updates, vec![4]);
     assert_eq!(unfenced.stale_accepted, vec![4]);
     // Two holders inside at once with increasing fences: the second write lost the first one's update.
-    let overlap = check(&[
-        enter(1, "a", 1, 0),
-        enter(2, "b", 2, 0),
-        write(3, "a", 1, 0, true),
-        write(4, "b", 2, 0, true),
-    ]);
+    let overlap = both_read_then_write(("a", 1, true), ("b", 2, true));
     assert_eq!(
         (overlap.unsafe_overlaps, overlap.lost_updates.len()),
         (1, 1)

@@ -1,26 +1,21 @@
 //! Inspection: who holds a lock, its fence and time left, its waiters in order; the states a key
 //! can be in; `list` over many names; Redlock's majority view.
 
-mod support;
+pub mod support;
 
 use lock_runtime::{LockOptions, LockState, Locker};
-use lock_testing::RedisServer;
-use support::{Env, ms};
+use support::{Env, cycle, eventually, ms, query, raw_connection};
 
-async fn labelled(server: &RedisServer, label: &str) -> Locker {
-    Locker::builder()
-        .url(server.url())
-        .label(label)
-        .connect()
-        .await
-        .unwrap()
+/// Another locker on the server of `env`, labelled `label`.
+async fn labelled(env: &Env, label: &str) -> Locker {
+    env.locker_with(|b| b.label(label)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_holder_its_fence_and_the_waiters_in_order() {
     let env = Env::start().await;
     assert_eq!(env.locker.inspect("report").await.unwrap(), None);
-    let holder = labelled(&env.server, "holder").await;
+    let holder = labelled(&env, "holder").await;
     // A first lease, released: its fence is recorded in the counter.
     let before = holder
         .acquire("report", &LockOptions::new(ms(10_000)))
@@ -36,18 +31,12 @@ async fn inspect_shows_the_holder_its_fence_and_the_waiters_in_order() {
     // Two waiters queue, in this order.
     let mut waiters = Vec::new();
     for label in ["w1", "w2"] {
-        let locker = labelled(&env.server, label).await;
+        let locker = labelled(&env, label).await;
         waiters.push(tokio::spawn(async move {
             let opts = LockOptions::new(ms(10_000)).with_wait(ms(10_000));
-            locker
-                .acquire("report", &opts)
-                .await
-                .unwrap()
-                .release()
-                .await
-                .unwrap();
+            cycle(&locker, "report", &opts).await
         }));
-        support::eventually(ms(5_000), "the waiter queued", || async {
+        eventually(ms(5_000), "the waiter queued", || async {
             let info = env.locker.inspect("report").await.unwrap().unwrap();
             info.waiters
                 .iter()
@@ -96,15 +85,13 @@ async fn inspect_tells_min_hold_and_foreign_values_apart() {
     assert_eq!(info.holder.unwrap().pid, std::process::id());
 
     // A value this library did not write (another client on the same key).
-    let mut raw = env.raw.clone();
-    let _: () = redis::cmd("SET")
+    let foreign = redis::cmd("SET")
         .arg(env.key("python"))
         .arg("6f1c2d3e-aaaa-bbbb-cccc-0123456789ab")
         .arg("EX")
         .arg(10)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+        .clone();
+    let () = query(&env.raw, &foreign).await;
     let info = env.locker.inspect("python").await.unwrap().unwrap();
     assert_eq!(info.state, LockState::Foreign);
     assert_eq!(info.holder, None);
@@ -120,13 +107,7 @@ async fn list_finds_the_held_locks_by_pattern_and_nothing_else() {
         leases.push(env.locker.acquire(n, &opts).await.unwrap());
     }
     // Released: its fence counter stays, but it is not held.
-    env.locker
-        .acquire("invoice:9", &opts)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&env.locker, "invoice:9", &opts).await;
     let names =
         |infos: Vec<lock_runtime::LockInfo>| infos.into_iter().map(|i| i.name).collect::<Vec<_>>();
     assert_eq!(
@@ -160,7 +141,7 @@ async fn inspect_on_redlock_reports_the_majority_value() {
     // The acquire returned once a majority granted it; the third node's grant may land a little
     // later (a loaded machine delays its server). Only then does one node's loss leave a majority.
     let key = locker.key_of("job");
-    support::eventually(ms(2_000), "every node holds the key", || {
+    eventually(ms(2_000), "every node holds the key", || {
         let (nodes, key, token) = (&nodes, &key, lease.token());
         async move {
             for i in 0..3 {
@@ -173,12 +154,8 @@ async fn inspect_on_redlock_reports_the_majority_value() {
     })
     .await;
     // One node loses the key: the majority still holds it.
-    let mut raw = support::raw_connection(&nodes.urls()[0]).await;
-    let _: i64 = redis::cmd("DEL")
-        .arg(locker.key_of("job"))
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let first = raw_connection(&nodes.urls()[0]).await;
+    let _: i64 = query(&first, redis::cmd("DEL").arg(locker.key_of("job"))).await;
     let info = locker.inspect("job").await.unwrap().unwrap();
     assert_eq!(info.value, lease.token());
     assert_eq!(info.holder.unwrap().label.as_deref(), Some("redlock"));
@@ -201,7 +178,7 @@ async fn inspect_on_redlock_reports_the_majority_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_value_stored_in_the_key_names_this_process_and_its_label() {
     let env = Env::start().await;
-    let locker = labelled(&env.server, "billing worker;#2").await;
+    let locker = labelled(&env, "billing worker;#2").await;
     let lease = locker
         .acquire("invoice:7", &LockOptions::new(ms(10_000)))
         .await

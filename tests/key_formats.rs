@@ -2,32 +2,23 @@
 //! written, keys of another shape are skipped by `list`, and a fence counter at its limit is an
 //! error, not a smaller fence.
 
-mod support;
+pub mod support;
 
 use lock_runtime::{KeyFormat, LockError, LockOptions, LockState, Locker};
 use lock_testing::RedisServer;
-use support::{ms, raw_connection};
+use redis::aio::MultiplexedConnection;
+use support::{connect_with, eventually, ms, query, raw_connection};
 
 async fn plain_locker(server: &RedisServer) -> Locker {
-    Locker::builder()
-        .url(server.url())
-        .key_format(KeyFormat::Plain)
-        .connect()
-        .await
-        .unwrap()
+    connect_with(&server.url(), |b| b.key_format(KeyFormat::Plain)).await
 }
 
-async fn raw_set(raw: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .query_async(raw)
-        .await
-        .unwrap();
+async fn raw_set(raw: &MultiplexedConnection, key: &str, value: &str) {
+    let () = query(raw, redis::cmd("SET").arg(key).arg(value)).await;
 }
 
-async fn raw_get(raw: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query_async(raw).await.unwrap()
+async fn raw_get(raw: &MultiplexedConnection, key: &str) -> Option<String> {
+    query(raw, redis::cmd("GET").arg(key)).await
 }
 
 /// `job:fence` is a lock of its own: releasing `job` (which records its fence, with and without
@@ -37,7 +28,7 @@ async fn a_plain_lock_named_like_another_locks_counter_keeps_its_holder() {
     let server = RedisServer::start();
     let locker = plain_locker(&server).await;
     let other = plain_locker(&server).await;
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let opts = LockOptions::new(ms(10_000));
     let mut held = Vec::new();
     for name in [
@@ -64,7 +55,7 @@ async fn a_plain_lock_named_like_another_locks_counter_keeps_its_holder() {
             fence
         })
     };
-    support::eventually(ms(5_000), "the waiter queued", || async {
+    eventually(ms(5_000), "the waiter queued", || async {
         let info = locker.inspect("job").await.unwrap();
         info.is_some_and(|i| !i.waiters.is_empty())
     })
@@ -74,7 +65,7 @@ async fn a_plain_lock_named_like_another_locks_counter_keeps_its_holder() {
 
     for (lease, token) in held.into_iter().zip(tokens) {
         let key = locker.key_of(lease.name());
-        let value = raw_get(&mut raw, &key).await;
+        let value = raw_get(&raw, &key).await;
         assert!(
             value
                 .as_deref()
@@ -93,14 +84,14 @@ async fn a_plain_lock_named_like_another_locks_counter_keeps_its_holder() {
 async fn a_foreign_clients_keys_are_never_written() {
     let server = RedisServer::start();
     let locker = plain_locker(&server).await;
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let foreign = [
         ("lock:job:fence", "python-token-1"),
         ("lock:job:waiters", "python-token-2"),
         ("lock:job:waiters:state", "python-token-3"),
     ];
     for (key, value) in foreign {
-        raw_set(&mut raw, key, value).await;
+        raw_set(&raw, key, value).await;
     }
     let holder = locker.acquire("job", &LockOptions::new(ms(10_000))).await;
     let holder = holder.unwrap();
@@ -113,7 +104,7 @@ async fn a_foreign_clients_keys_are_never_written() {
             })
         })
         .collect();
-    support::eventually(ms(5_000), "three waiters queued", || async {
+    eventually(ms(5_000), "three waiters queued", || async {
         let info = locker.inspect("job").await.unwrap();
         info.is_some_and(|i| i.waiters.len() == 3)
     })
@@ -123,11 +114,7 @@ async fn a_foreign_clients_keys_are_never_written() {
         waiter.await.unwrap().unwrap();
     }
     for (key, value) in foreign {
-        assert_eq!(
-            raw_get(&mut raw, key).await.as_deref(),
-            Some(value),
-            "{key}"
-        );
+        assert_eq!(raw_get(&raw, key).await.as_deref(), Some(value), "{key}");
     }
     // `list` shows the foreign keys as locks of another client, and does not fail.
     let listed = locker.list("*").await.unwrap();
@@ -142,27 +129,16 @@ async fn a_foreign_clients_keys_are_never_written() {
 async fn list_skips_keys_it_does_not_understand() {
     let server = RedisServer::start();
     let locker = Locker::connect(&server.url()).await.unwrap();
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let lease = locker
         .acquire("job", &LockOptions::new(ms(10_000)))
         .await
         .unwrap();
     // A hash where a lock key would be, a hash as `job`'s counter, a string as its queue.
-    let _: () = redis::cmd("HSET")
-        .arg("lock:{hash}")
-        .arg("f")
-        .arg("v")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("HSET")
-        .arg("lock:{job}:fence")
-        .arg("f")
-        .arg("v")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    raw_set(&mut raw, "lock:{job}:waiters", "not a queue").await;
+    for hash in ["lock:{hash}", "lock:{job}:fence"] {
+        let () = query(&raw, redis::cmd("HSET").arg(hash).arg("f").arg("v")).await;
+    }
+    raw_set(&raw, "lock:{job}:waiters", "not a queue").await;
     let listed = locker.list("*").await.unwrap();
     let states: Vec<(&str, &LockState)> =
         listed.iter().map(|i| (i.name.as_str(), &i.state)).collect();
@@ -182,7 +158,7 @@ async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
     const MAX: u64 = (1 << 53) - 1;
     let server = RedisServer::start();
     let locker = Locker::connect(&server.url()).await.unwrap();
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let key = locker.key_of("job");
     // Uncontended (plain commands), waiting (the script), and without a fence read first.
     let ways = [
@@ -190,19 +166,19 @@ async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
         LockOptions::new(ms(5_000)).with_wait(ms(1_000)),
     ];
     for opts in &ways {
-        raw_set(&mut raw, &format!("{key}:fence"), &(MAX - 1).to_string()).await;
+        raw_set(&raw, &format!("{key}:fence"), &(MAX - 1).to_string()).await;
         let lease = locker.acquire("job", opts).await.unwrap();
         assert_eq!(lease.fence(), MAX);
         lease.release().await.unwrap();
         for counter in [MAX.to_string(), u64::MAX.to_string(), "1e300".to_owned()] {
-            raw_set(&mut raw, &format!("{key}:fence"), &counter).await;
+            raw_set(&raw, &format!("{key}:fence"), &counter).await;
             let err = locker.acquire("job", opts).await.unwrap_err();
             assert!(matches!(err, LockError::Config { .. }), "{counter}: {err}");
             let text = err.to_string();
             assert!(text.contains("largest fence"), "{counter}: {text}");
-            assert_eq!(raw_get(&mut raw, &key).await, None, "{counter}");
+            assert_eq!(raw_get(&raw, &key).await, None, "{counter}");
             assert_eq!(
-                raw_get(&mut raw, &format!("{key}:fence")).await,
+                raw_get(&raw, &format!("{key}:fence")).await,
                 Some(counter.clone())
             );
         }
@@ -216,13 +192,13 @@ async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
 async fn a_release_only_ever_raises_the_fence_counter() {
     let server = RedisServer::start();
     let locker = Locker::connect(&server.url()).await.unwrap();
-    let mut raw = raw_connection(&server.url()).await;
+    let raw = raw_connection(&server.url()).await;
     let counter = format!("{}:fence", locker.key_of("job"));
     let opts = LockOptions::new(ms(5_000));
     let lease = locker.acquire("job", &opts).await.unwrap();
     let fence = lease.fence();
     lease.release().await.unwrap();
-    assert_eq!(raw_get(&mut raw, &counter).await, Some(fence.to_string()));
+    assert_eq!(raw_get(&raw, &counter).await, Some(fence.to_string()));
     for meanwhile in [
         (fence + 1_000_000_000).to_string(),
         "not a counter".to_owned(),
@@ -230,10 +206,10 @@ async fn a_release_only_ever_raises_the_fence_counter() {
         "2.5".to_owned(),
     ] {
         // Taken on the uncontended path: its fence is recorded at release.
-        raw_set(&mut raw, &counter, "1").await;
+        raw_set(&raw, &counter, "1").await;
         let lease = locker.acquire("job", &opts).await.unwrap();
-        raw_set(&mut raw, &counter, &meanwhile).await;
+        raw_set(&raw, &counter, &meanwhile).await;
         lease.release().await.unwrap();
-        assert_eq!(raw_get(&mut raw, &counter).await, Some(meanwhile));
+        assert_eq!(raw_get(&raw, &counter).await, Some(meanwhile));
     }
 }

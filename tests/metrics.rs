@@ -2,13 +2,13 @@
 //! template, read back through the facade's debugging recorder (one test per binary: the
 //! recorder is global).
 
-mod support;
+pub mod support;
 
 use std::collections::HashMap;
 
 use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use support::{Env, ms};
+use support::{Env, eventually, ms, opts};
 
 #[distributed_lock(name = "invoice:{id}", ttl = "1s", locker = locker)]
 async fn invoice(locker: &Locker, id: u32) -> Result<u32, LockError> {
@@ -100,11 +100,7 @@ async fn metrics_count_each_outcome_by_template() {
     assert_eq!(m.get("lock_hold_seconds", "invoice:{id}"), 10.0);
 
     // Busy: a held name, tried once.
-    let holder = env
-        .locker
-        .acquire("invoice:3", &LockOptions::new(ms(5_000)))
-        .await
-        .unwrap();
+    let holder = env.locker.acquire("invoice:3", &opts(5_000)).await.unwrap();
     let err = invoice(&env.locker, 3).await.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }));
     assert_eq!(m.get("lock_busy_total", "invoice:{id}"), 1.0);
@@ -119,9 +115,9 @@ async fn metrics_count_each_outcome_by_template() {
     assert_eq!(m.get("lock_max_exec_total", "slow:{id}"), 1.0);
 
     // A renewal, then a loss: the key is taken away under a held lease.
-    let opts = LockOptions::new(ms(300)).with_template("held:{n}");
-    let lease = env.locker.acquire("held:1", &opts).await.unwrap();
-    support::eventually(ms(2_000), "a confirmed renewal", || {
+    let templated = LockOptions::new(ms(300)).with_template("held:{n}");
+    let lease = env.locker.acquire("held:1", &templated).await.unwrap();
+    eventually(ms(2_000), "a confirmed renewal", || {
         let renewed = m.get("lock_renewal_seconds", "held:{n}");
         async move { renewed >= 1.0 }
     })
@@ -129,7 +125,7 @@ async fn metrics_count_each_outcome_by_template() {
     env.del(&env.key("held:1")).await;
     tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
     // Counted by the watchdog right after it marks the loss, on its own thread.
-    support::eventually(ms(2_000), "the loss counted", || {
+    eventually(ms(2_000), "the loss counted", || {
         let lost = m.get("lock_lost_total", "held:{n}");
         async move { lost == 1.0 }
     })
@@ -138,11 +134,7 @@ async fn metrics_count_each_outcome_by_template() {
     assert_eq!(m.get("lock_leases_held", "held:{n}"), 0.0);
 
     // A release that cannot be confirmed: the server is frozen.
-    let lease = env
-        .locker
-        .acquire("frozen", &LockOptions::new(ms(5_000)))
-        .await
-        .unwrap();
+    let lease = env.locker.acquire("frozen", &opts(5_000)).await.unwrap();
     env.server.pause();
     let released = lease.release().await;
     env.server.resume();

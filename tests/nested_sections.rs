@@ -2,7 +2,7 @@
 //! of futures polled together) take turns; strictly nested sections run at once; a nested lease
 //! handle that outlives its outer call reports the lease ended.
 
-mod support;
+pub mod support;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,49 +70,49 @@ async fn poll_together(mut futures: Vec<Pin<Box<dyn Future<Output = ()> + '_>>>)
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nested_sections_joined_in_one_body_take_turns() {
+/// Runs `body` in a section on "account", with an account of 100, then checks that the sections
+/// `body` nested in it took turns (never two inside at once) and left `balance`.
+async fn nested_sections_take_turns(balance: i64, body: impl AsyncFnOnce(&Locker, &Account)) {
     let env = Env::start().await;
     let locker = &env.locker;
     let account = Account::new(100);
     locker
-        .run("account", &opts(), async |_| {
-            tokio::join!(section(locker, &account, 10), section(locker, &account, 10));
-        })
+        .run("account", &opts(), async |_| body(locker, &account).await)
         .await
         .unwrap();
-    assert_eq!(account.balance(), 80);
+    assert_eq!(account.balance(), balance);
     assert_eq!(account.most_inside.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_sections_joined_in_one_body_take_turns() {
+    nested_sections_take_turns(80, async |locker, account| {
+        tokio::join!(section(locker, account, 10), section(locker, account, 10));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_sections_polled_together_take_turns_in_order() {
-    let env = Env::start().await;
-    let locker = &env.locker;
-    let account = Account::new(100);
     let order = Mutex::new(Vec::new());
-    locker
-        .run("account", &opts(), async |_| {
-            let futures = (0..5)
-                .map(|i| {
-                    let (account, order) = (&account, &order);
-                    Box::pin(async move {
-                        locker
-                            .run("account", &opts(), async |_| {
-                                order.lock().unwrap().push(i);
-                                account.withdraw(i + 1).await
-                            })
-                            .await
-                            .unwrap();
-                    }) as Pin<Box<dyn Future<Output = ()>>>
-                })
-                .collect();
-            poll_together(futures).await;
-        })
-        .await
-        .unwrap();
-    assert_eq!(account.balance(), 100 - 15);
-    assert_eq!(account.most_inside.load(Ordering::SeqCst), 1);
+    nested_sections_take_turns(100 - 15, async |locker, account| {
+        let futures = (0..5)
+            .map(|i| {
+                let order = &order;
+                Box::pin(async move {
+                    locker
+                        .run("account", &opts(), async |_| {
+                            order.lock().unwrap().push(i);
+                            account.withdraw(i + 1).await
+                        })
+                        .await
+                        .unwrap();
+                }) as Pin<Box<dyn Future<Output = ()>>>
+            })
+            .collect();
+        poll_together(futures).await;
+    })
+    .await;
     assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
 }
 
@@ -120,24 +120,17 @@ async fn nested_sections_polled_together_take_turns_in_order() {
 /// cancelled while it waited for its turn, leaves nothing behind (the next section runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_sections_in_a_select_take_turns_and_the_loser_leaves_no_trace() {
-    let env = Env::start().await;
-    let locker = &env.locker;
-    let account = Account::new(100);
-    locker
-        .run("account", &opts(), async |_| {
-            tokio::select! {
-                biased;
-                () = section(locker, &account, 10) => {}
-                () = section(locker, &account, 30) => {}
-            }
-            tokio::time::timeout(Duration::from_secs(5), section(locker, &account, 5))
-                .await
-                .expect("a section after the select runs");
-        })
-        .await
-        .unwrap();
-    assert_eq!(account.balance(), 85);
-    assert_eq!(account.most_inside.load(Ordering::SeqCst), 1);
+    nested_sections_take_turns(85, async |locker, account| {
+        tokio::select! {
+            biased;
+            () = section(locker, account, 10) => {}
+            () = section(locker, account, 30) => {}
+        }
+        tokio::time::timeout(Duration::from_secs(5), section(locker, account, 5))
+            .await
+            .expect("a section after the select runs");
+    })
+    .await;
 }
 
 /// Strictly nested sections run at once, under the same lease and fence, at any depth, also

@@ -2,14 +2,14 @@
 //! fence, wait and outcome, and events at acquire, loss, `max_exec` and release; a `()` job that
 //! skips a busy tick logs at DEBUG, a real failure at WARN.
 
-mod support;
+pub mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
-use support::{Env, ms};
+use lock_runtime::{LockError, Locker, distributed_lock};
+use support::{Env, ms, opts};
 
 /// Field names and values, in the order recorded.
 type FieldList = Vec<(String, String)>;
@@ -73,6 +73,17 @@ impl Recorded {
             .collect()
     }
 
+    /// Asserts that an event with `message` was logged at WARN for the lock `lock`.
+    fn assert_warned(&self, message: &str, lock: &str) {
+        let events = self.events_with(message);
+        assert!(
+            events
+                .iter()
+                .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == lock),
+            "{events:?}"
+        );
+    }
+
     fn events_with(&self, message: &str) -> Vec<(tracing::Level, HashMap<String, String>)> {
         self.events
             .lock()
@@ -126,11 +137,7 @@ async fn spans_and_events_tell_what_each_call_did() {
     assert!(!recorded.events_with("lock released").is_empty());
 
     // A `()` job that finds the lock busy: the normal case for every replica but one, DEBUG.
-    let holder = env
-        .locker
-        .acquire("nightly", &LockOptions::new(ms(5_000)))
-        .await
-        .unwrap();
+    let holder = env.locker.acquire("nightly", &opts(5_000)).await.unwrap();
     nightly(&env.locker).await;
     let skipped = recorded.events_with("skipped");
     assert!(
@@ -143,29 +150,14 @@ async fn spans_and_events_tell_what_each_call_did() {
     // max_exec: an event at WARN, the span's outcome.
     let err = slow(&env.locker).await.unwrap_err();
     assert!(matches!(err, LockError::MaxExecExceeded { .. }), "{err:?}");
-    let cancelled = recorded.events_with("max_exec");
-    assert!(
-        cancelled
-            .iter()
-            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "slow"),
-        "{cancelled:?}"
-    );
+    recorded.assert_warned("max_exec", "slow");
     assert_eq!(recorded.lock_spans().last().unwrap()["outcome"], "max_exec");
 
     // Loss: the key is taken away under a held lease; its next renewal finds out.
-    let lease = env
-        .locker
-        .acquire("taken", &LockOptions::new(ms(300)))
-        .await
-        .unwrap();
+    let lease = env.locker.acquire("taken", &opts(300)).await.unwrap();
     env.del(&env.key("taken")).await;
     tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
-    let lost = recorded.events_with("lock lost");
-    assert!(
-        lost.iter()
-            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "taken"),
-        "{lost:?}"
-    );
+    recorded.assert_warned("lock lost", "taken");
 
     // A real failure of a `()` job is a WARN: here the server is gone.
     drop(lease);
@@ -177,11 +169,5 @@ async fn spans_and_events_tell_what_each_call_did() {
         .build()
         .unwrap();
     nightly(&failing).await;
-    let failed = recorded.events_with("locked call failed");
-    assert!(
-        failed
-            .iter()
-            .any(|(l, f)| *l == tracing::Level::WARN && f["lock"] == "nightly"),
-        "{failed:?}"
-    );
+    recorded.assert_warned("locked call failed", "nightly");
 }

@@ -2,30 +2,28 @@
 //! breaks, against real redis-server processes. Each test also shows that the fault it guards
 //! against really happened (a snapshot was loaded, a request was in flight, ...).
 
-mod support;
+pub mod support;
 
 use std::sync::{Arc, Mutex};
 
 use lock_runtime::{LockError, LockOptions, Locker, LostReason};
 use lock_testing::{FaultProxy, RedisServer, ServerClock};
-use support::{Env, calls, eventually, ms, opts, pubsub_channels, raw_connection};
+use support::{
+    Env, acquire_all, acquire_timed, assert_increasing, calls, connect_with, cycle, cycles,
+    eventually, ms, opts, pubsub_channels, raw_connection, spawn_acquire,
+};
 use tokio::time::{Instant, sleep, timeout};
 
+/// Sends `cmd` to the server at `url`, on a connection of its own.
 async fn query<T: redis::FromRedisValue>(url: &str, cmd: &redis::Cmd) -> T {
-    let mut raw = raw_connection(url).await;
-    cmd.query_async(&mut raw).await.unwrap()
+    support::query(&raw_connection(url).await, cmd).await
 }
 
 /// A locker that reaches `server` through a fault proxy, with its scripts already loaded (so
 /// that a delay set later costs one round trip per call, not three).
 async fn proxied(server: &RedisServer) -> (FaultProxy, Locker) {
     let proxy = FaultProxy::start(server.addr()).await;
-    let locker = Locker::builder()
-        .url(proxy.url())
-        .response_timeout(ms(5_000))
-        .connect()
-        .await
-        .unwrap();
+    let locker = connect_with(&proxy.url(), |b| b.response_timeout(ms(5_000))).await;
     warm_up(&locker).await;
     (proxy, locker)
 }
@@ -41,14 +39,7 @@ async fn warm_up(locker: &Locker) {
     while lease.deadline() == first {
         sleep(ms(2)).await;
     }
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .acquire("warm-up", &opts(1_000).with_wait(ms(5_000)))
-                .await
-        })
-    };
+    let waiter = spawn_acquire(locker, "warm-up", opts(1_000).with_wait(ms(5_000)));
     sleep(ms(20)).await;
     lease.release().await.unwrap();
     waiter.await.unwrap().unwrap().release().await.unwrap();
@@ -61,17 +52,9 @@ async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
     let server = RedisServer::start();
     let locker = Locker::connect(&server.url()).await.unwrap();
     let o = opts(5_000);
-    let mut fences = Vec::new();
-    for round in 0..2 {
-        for _ in 0..3 {
-            let lease = locker.acquire("snapshot", &o).await.unwrap();
-            fences.push(lease.fence());
-            lease.release().await.unwrap();
-        }
-        if round == 0 {
-            let _: () = query(&server.url(), &redis::cmd("SAVE")).await;
-        }
-    }
+    let mut fences = cycles(&locker, "snapshot", &o, 3, |_| false).await;
+    let () = query(&server.url(), &redis::cmd("SAVE")).await;
+    fences.extend(cycles(&locker, "snapshot", &o, 3, |_| false).await);
     server.kill();
     server.restart();
     // The fault happened: the server came back with the counter as it was at the SAVE.
@@ -81,21 +64,9 @@ async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
     )
     .await;
     assert_eq!(counter, fences[2], "the older snapshot was loaded");
-    let until = Instant::now() + ms(5_000);
-    for _ in 0..3 {
-        let lease = loop {
-            match locker.acquire("snapshot", &o).await {
-                Err(LockError::Redis { .. }) if Instant::now() < until => sleep(ms(10)).await,
-                other => break other.unwrap(),
-            }
-        };
-        fences.push(lease.fence());
-        lease.release().await.unwrap();
-    }
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences must strictly increase across the restart: {fences:?}"
-    );
+    let reconnecting = |e: &LockError| matches!(e, LockError::Redis { .. });
+    fences.extend(cycles(&locker, "snapshot", &o, 3, reconnecting).await);
+    assert_increasing(&fences, "fences across the restart");
 }
 
 // An acquire whose future is dropped while its request is out is undone about one round trip
@@ -114,12 +85,7 @@ async fn an_acquire_dropped_in_flight_is_undone_within_a_round_trip() {
     // The fault is real: the server granted the lock to the caller that gave up.
     let value: Option<String> = query(&server.url(), redis::cmd("GET").arg(&key)).await;
     assert!(value.is_some(), "the dropped acquire set the key");
-    let start = Instant::now();
-    let lease = direct
-        .acquire("dropped", &o.with_wait(ms(5_000)))
-        .await
-        .unwrap();
-    let waited = start.elapsed();
+    let (lease, waited) = acquire_timed(&direct, "dropped", &o.with_wait(ms(5_000))).await;
     assert!(
         waited < ms(1_000),
         "the next waiter got the lock after {waited:?}, not within about one round trip (200 ms)"
@@ -141,13 +107,7 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
     }
     proxy.delay(ms(20));
     // One live waiter, whose channel must stay.
-    let live = {
-        let slow = slow.clone();
-        tokio::spawn(async move {
-            slow.acquire("sub-live", &opts(1_000).with_wait(ms(20_000)))
-                .await
-        })
-    };
+    let live = spawn_acquire(&slow, "sub-live", opts(1_000).with_wait(ms(20_000)));
     let _live_holder = holder.acquire("sub-live", &opts(20_000)).await;
     // Waiters dropped at points spread over their first attempt (about 80 ms here, 40 waiters
     // at once) and their SUBSCRIBE (40 ms more), many of them while the SUBSCRIBE is out.
@@ -213,18 +173,8 @@ async fn cancelled_waiters_leave_no_subscriptions_even_after_a_reconnect() {
 async fn thousands_of_leases_over_a_slow_link_are_all_renewed() {
     let server = RedisServer::start();
     let (proxy, slow) = proxied(&server).await;
-    let o = LockOptions::new(ms(3_000));
-    let mut tasks = Vec::new();
-    for i in 0..6_000 {
-        let slow = slow.clone();
-        tasks.push(tokio::spawn(async move {
-            slow.acquire(&format!("many-{i}"), &o).await.unwrap()
-        }));
-    }
-    let mut leases = Vec::new();
-    for t in tasks {
-        leases.push(t.await.unwrap());
-    }
+    let names = (0..6_000).map(|i| format!("many-{i}"));
+    let leases = acquire_all(&slow, names, LockOptions::new(ms(3_000))).await;
     proxy.delay(ms(300));
     let started = Instant::now();
     // Two renewal rounds and more, over a 600 ms round trip.
@@ -359,10 +309,7 @@ async fn a_transient_error_while_waiting_is_retried_within_the_wait() {
     let (proxy, slow) = proxied(&server).await;
     let holder = Locker::connect(&server.url()).await.unwrap();
     let lease = holder.acquire("flaky", &opts(600)).await.unwrap();
-    let waiter = tokio::spawn(async move {
-        slow.acquire("flaky", &opts(1_000).with_wait(ms(5_000)))
-            .await
-    });
+    let waiter = spawn_acquire(&slow, "flaky", opts(1_000).with_wait(ms(5_000)));
     sleep(ms(100)).await;
     // The fault: the waiter's connection is cut and refused for a moment.
     proxy.refuse(true);
@@ -450,11 +397,7 @@ async fn a_server_clock_step_back_does_not_keep_a_vanished_waiters_place() {
     let holder = direct.acquire("clock-q", &opts(2_000)).await.unwrap();
     // A waiter that queues first, then vanishes: its link goes silent for good.
     let (proxy, vanishing) = proxied(&server).await;
-    let ghost = tokio::spawn(async move {
-        vanishing
-            .acquire("clock-q", &opts(2_000).with_wait(ms(60_000)))
-            .await
-    });
+    let ghost = spawn_acquire(&vanishing, "clock-q", opts(2_000).with_wait(ms(60_000)));
     let queue = format!("{}:waiters", direct.key_of("clock-q"));
     eventually(ms(3_000), "the vanishing waiter queued", || async {
         let n: usize = query(&server.url(), redis::cmd("ZCARD").arg(&queue)).await;
@@ -469,19 +412,14 @@ async fn a_server_clock_step_back_does_not_keep_a_vanished_waiters_place() {
     assert!(after.0 + 3_500 < before.0, "the server clock stepped back");
     holder.release().await.unwrap();
     // A live waiter gets the free lock once the vanished one outstayed its grace, not in an hour.
-    let start = Instant::now();
-    let lease = direct
-        .acquire("clock-q", &opts(2_000).with_wait(ms(10_000)))
-        .await
-        .unwrap();
+    let (lease, waited) =
+        acquire_timed(&direct, "clock-q", &opts(2_000).with_wait(ms(10_000))).await;
     assert!(
-        start.elapsed() < ms(2_000),
-        "the free lock waited {:?} behind a vanished waiter",
-        start.elapsed()
+        waited < ms(2_000),
+        "the free lock waited {waited:?} behind a vanished waiter"
     );
     // The vanished waiter really was first in line when the lock came free.
-    let evictions_possible = start.elapsed() >= ms(250);
-    assert!(evictions_possible, "got it after {:?}", start.elapsed());
+    assert!(waited >= ms(250), "got it after {waited:?}");
     lease.release().await.unwrap();
     ghost.abort();
 }
@@ -544,29 +482,12 @@ async fn a_nested_call_keeps_its_own_max_exec() {
 async fn fence_counters_expire_after_the_retention() {
     let env = Env::start().await;
     let fence_key = |name: &str| format!("{}:fence", env.key(name));
-    env.locker
-        .acquire("kept", &opts(1_000))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&env.locker, "kept", &opts(1_000)).await;
     let week = 7 * 24 * 3_600_000;
     let pttl = env.pttl(&fence_key("kept")).await;
     assert!(pttl > week - 60_000 && pttl <= week, "PTTL {pttl}");
-    let forever = Locker::builder()
-        .url(env.server.url())
-        .fence_retention(None)
-        .connect()
-        .await
-        .unwrap();
-    forever
-        .acquire("forever", &opts(1_000))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let forever = env.locker_with(|b| b.fence_retention(None)).await;
+    cycle(&forever, "forever", &opts(1_000)).await;
     assert_eq!(env.pttl(&fence_key("forever")).await, -1);
     // After the counter expired, fences still grow (they start from the server clock).
     let before = forever.acquire("forever", &opts(1_000)).await.unwrap();

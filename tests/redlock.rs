@@ -2,16 +2,20 @@
 //! is held, cleanup of partial acquisitions, slow nodes, exclusion and fencing across a node
 //! restart, and waiting for a release.
 
-mod support;
+pub mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use lock_runtime::{LockError, LostReason};
-use lock_testing::FaultProxy;
-use support::nodes::{Nodes, locker_over};
-use support::{eventually, ms, opts};
+use lock_runtime::{LockError, Locker, LostReason};
+use support::nodes::{Nodes, locker_through};
+use support::{
+    SleepingBody, acquire_timed, assert_handed_over_within, assert_increasing, cycle, cycles,
+    eventually, lost_reason, ms, opts, spawn_acquire, take_timed, timed,
+};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 /// The nodes of `failures` in a `QuorumUnavailable`, by index into `nodes`; panics on a failure
@@ -21,13 +25,51 @@ fn failed_nodes(nodes: &Nodes, failures: &[(String, String)]) -> Vec<usize> {
         .iter()
         .map(|(addr, reason)| {
             assert!(!reason.is_empty(), "no reason given for {addr}");
-            (0..nodes.len())
+            (0..nodes.servers.len())
                 .find(|&i| nodes.addr(i) == *addr)
                 .unwrap_or_else(|| panic!("failure names {addr}, not one of the nodes"))
         })
         .collect();
     out.sort_unstable();
     out
+}
+
+/// A locked call of `name` (ttl 1 s, renewed every 100 ms) on a task of its own, for a node
+/// fault while it holds the lock: returns once its body runs, with the sender that tells the body
+/// the fault happened. The body then holds on for `hold`, runs `then`, and returns how far the
+/// lease's deadline moved since the fault, with what `then` returned.
+async fn held_through_fault<T, F, Fut>(
+    locker: &Locker,
+    name: &'static str,
+    hold: Duration,
+    then: F,
+) -> (
+    oneshot::Sender<()>,
+    JoinHandle<Result<(Duration, T), LockError>>,
+)
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + Send,
+{
+    let o = opts(1_000).with_renew(ms(100));
+    let (started_tx, started_rx) = oneshot::channel();
+    let (fault_tx, fault_rx) = oneshot::channel::<()>();
+    let locker = locker.clone();
+    let run = tokio::spawn(async move {
+        locker
+            .run(name, &o, async |lease| {
+                started_tx.send(()).unwrap();
+                fault_rx.await.unwrap();
+                let after_fault = lease.deadline();
+                tokio::time::sleep(hold).await;
+                let out = then().await;
+                (lease.deadline().saturating_duration_since(after_fault), out)
+            })
+            .await
+    });
+    started_rx.await.unwrap();
+    (fault_tx, run)
 }
 
 /// For N = 1, 2, 3, 5 and every number k of nodes down, the lock is taken exactly when
@@ -123,31 +165,14 @@ async fn one_of_three_nodes_killed_while_held_the_lease_keeps_renewing() {
     let nodes = Arc::new(Nodes::start(3));
     let locker = nodes.locker(ms(200));
     let key = locker.key_of("hold");
-    let o = opts(1_000).with_renew(ms(100));
-    let (started_tx, started_rx) = oneshot::channel();
-    let (killed_tx, killed_rx) = oneshot::channel::<()>();
-    let run = {
-        let (locker, nodes, key) = (locker.clone(), nodes.clone(), key.clone());
-        tokio::spawn(async move {
-            locker
-                .run("hold", &o, async |lease| {
-                    started_tx.send(()).unwrap();
-                    killed_rx.await.unwrap();
-                    let after_kill = lease.deadline();
-                    tokio::time::sleep(ms(600)).await;
-                    // 600 ms after the kill, an unrenewed key would have less than 400 ms left.
-                    let pttls = [nodes.pttl(0, &key).await, nodes.pttl(1, &key).await];
-                    (
-                        lease.deadline().saturating_duration_since(after_kill),
-                        pttls,
-                    )
-                })
-                .await
-        })
+    // 600 ms after the kill, an unrenewed key would have less than 400 ms left.
+    let pttls = {
+        let (nodes, key) = (nodes.clone(), key.clone());
+        move || async move { [nodes.pttl(0, &key).await, nodes.pttl(1, &key).await] }
     };
-    started_rx.await.unwrap();
+    let (killed, run) = held_through_fault(&locker, "hold", ms(600), pttls).await;
     nodes.servers[2].kill();
-    killed_tx.send(()).unwrap();
+    killed.send(()).unwrap();
     let (advanced, pttls) = run
         .await
         .unwrap()
@@ -173,37 +198,15 @@ async fn two_of_three_nodes_killed_while_held_the_lease_is_lost_and_the_body_can
     let nodes = Nodes::start(3);
     let locker = nodes.locker(ms(200));
     let o = opts(1_000).with_renew(ms(100));
-    let (started_tx, started_rx) = oneshot::channel();
-    let finished = Arc::new(AtomicBool::new(false));
-    let run = {
-        let (locker, finished) = (locker.clone(), finished.clone());
-        tokio::spawn(async move {
-            locker
-                .run("doomed", &o, async |_| {
-                    started_tx.send(()).unwrap();
-                    tokio::time::sleep(ms(5_000)).await;
-                    finished.store(true, Ordering::SeqCst);
-                })
-                .await
-        })
-    };
-    started_rx.await.unwrap();
+    let (body, _) = SleepingBody::start(&locker, "doomed", o).await;
     nodes.servers[0].kill();
     nodes.servers[2].kill();
-    let killed = Instant::now();
-    let res = run.await.unwrap();
-    let took = killed.elapsed();
-    assert!(
-        matches!(
-            res,
-            Err(LockError::Lost {
-                reason: LostReason::ValidityExpired,
-                ..
-            })
-        ),
+    let (res, took) = body.cut_short().await;
+    assert_eq!(
+        lost_reason(&res),
+        Some(LostReason::ValidityExpired),
         "two of three nodes gone must end the lease: {res:?}"
     );
-    assert!(!finished.load(Ordering::SeqCst), "the body ran to its end");
     // The lease's validity (ttl - drift from the last confirmed renewal) bounds the wait.
     assert!(
         took <= ms(1_000 + 500),
@@ -217,34 +220,14 @@ async fn two_of_three_nodes_killed_while_held_the_lease_is_lost_and_the_body_can
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unresponsive_minority_node_stalls_neither_renewal_nor_release() {
     let nodes = Nodes::start(3);
-    let mut proxies = Vec::new();
-    for s in &nodes.servers {
-        proxies.push(FaultProxy::start(s.addr()).await);
-    }
-    let locker = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(3_000));
+    let proxies = nodes.proxies().await;
+    let locker = locker_through(&proxies, ms(3_000));
     let key = locker.key_of("partitioned");
-    let o = opts(1_000).with_renew(ms(100));
-    let (started_tx, started_rx) = oneshot::channel();
-    let (cut_tx, cut_rx) = oneshot::channel::<()>();
-    let run = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .run("partitioned", &o, async |lease| {
-                    started_tx.send(()).unwrap();
-                    cut_rx.await.unwrap();
-                    let after_cut = lease.deadline();
-                    tokio::time::sleep(ms(700)).await;
-                    lease.deadline().saturating_duration_since(after_cut)
-                })
-                .await
-        })
-    };
-    started_rx.await.unwrap();
+    let (cut_tx, run) = held_through_fault(&locker, "partitioned", ms(700), || async {}).await;
     proxies[1].blackhole();
     let cut = Instant::now();
     cut_tx.send(()).unwrap();
-    let advanced = run
+    let (advanced, ()) = run
         .await
         .unwrap()
         .expect("a majority still answers: the body completes");
@@ -322,17 +305,10 @@ async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
     for &i in &ours {
         nodes.reset_stats(i).await;
     }
-    let start = Instant::now();
-    let err = locker
-        .acquire("partial", &opts(10_000).with_wait(ms(500)))
-        .await
-        .unwrap_err();
+    let (res, took) = timed(locker.acquire("partial", &opts(10_000).with_wait(ms(500)))).await;
+    let err = res.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
-    assert!(
-        start.elapsed() >= ms(500),
-        "gave up after {:?}",
-        start.elapsed()
-    );
+    assert!(took >= ms(500), "gave up after {took:?}");
     for i in ours {
         // Each attempt is one acquire and one cleanup release on a node that granted it.
         let calls = nodes.evalsha_calls(i).await;
@@ -351,13 +327,10 @@ async fn a_partial_acquire_is_busy_and_deletes_the_keys_it_took_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_nodes_past_the_per_node_timeout_count_as_failed() {
     let nodes = Nodes::start(5);
-    let mut proxies = Vec::new();
-    for s in &nodes.servers {
-        proxies.push(FaultProxy::start(s.addr()).await);
-    }
+    let proxies = nodes.proxies().await;
     // The per-node timeout is min(response timeout, validity / 10) = 150 ms here; each slow
     // node adds 2 x 200 ms to a round trip.
-    let locker = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(150));
+    let locker = locker_through(&proxies, ms(150));
     let o = opts(10_000);
     let key = locker.key_of("slow");
     let released_everywhere = || {
@@ -366,13 +339,7 @@ async fn slow_nodes_past_the_per_node_timeout_count_as_failed() {
     };
     // Connect and load the scripts while every node is fast. `release` returns once a majority
     // confirmed; wait for the rest, so that the next attempt does not meet this key.
-    locker
-        .acquire("slow", &o)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&locker, "slow", &o).await;
     eventually(
         ms(2_000),
         "warm-up released on every node",
@@ -581,18 +548,8 @@ async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
         .await
         .unwrap();
     let channel = format!("{}:released", holder_locker.key_of("handoff"));
-    let waiter = {
-        let locker = nodes.locker(ms(500));
-        tokio::spawn(async move {
-            let lease = locker
-                .acquire("handoff", &opts(10_000).with_wait(ms(8_000)))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            lease.release().await.unwrap();
-            at
-        })
-    };
+    let waiting = opts(10_000).with_wait(ms(8_000));
+    let waiter = take_timed(nodes.locker(ms(500)), "handoff", waiting);
     eventually(ms(3_000), "the waiter subscribed on every node", || {
         let (nodes, channel) = (&nodes, &channel);
         async move {
@@ -605,16 +562,8 @@ async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
         }
     })
     .await;
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let acquired = waiter.await.unwrap();
-    let latency = acquired - released;
-    println!("redlock hand-off latency: {latency:?}");
     // Far below the 10 s a PTTL-driven retry would take; loose for a busy 2-core machine.
-    assert!(
-        latency <= ms(1_000),
-        "waiter woke {latency:?} after the release"
-    );
+    assert_handed_over_within(holder, waiter, ms(1_000), "redlock hand-off latency").await;
 }
 
 /// `min_hold` on Redlock: an early return keeps the key on every node for the rest of
@@ -648,13 +597,7 @@ async fn min_hold_keeps_the_key_on_every_node_after_an_early_return() {
         nodes.holders(&key).await.is_empty()
     })
     .await;
-    locker
-        .acquire("held", &opts(2_000))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&locker, "held", &opts(2_000)).await;
 }
 
 /// Within `wait`, an attempt that finds no majority (nodes down) is retried, not returned at
@@ -667,26 +610,15 @@ async fn a_waiter_retries_while_a_majority_is_down() {
     nodes.servers[0].kill();
     nodes.servers[1].kill();
     let locker = nodes.locker(ms(200));
-    let start = Instant::now();
-    let err = locker
-        .acquire("outage", &opts(2_000).with_wait(ms(300)))
-        .await
-        .unwrap_err();
+    let (res, took) = timed(locker.acquire("outage", &opts(2_000).with_wait(ms(300)))).await;
+    let err = res.unwrap_err();
     assert!(matches!(err, LockError::QuorumUnavailable { .. }), "{err}");
     assert!(
-        start.elapsed() >= ms(300),
-        "gave up after {:?}, before the wait ran out",
-        start.elapsed()
+        took >= ms(300),
+        "gave up after {took:?}, before the wait ran out"
     );
 
-    let waiter = {
-        let locker = locker.clone();
-        tokio::spawn(async move {
-            locker
-                .acquire("outage", &opts(2_000).with_wait(ms(10_000)))
-                .await
-        })
-    };
+    let waiter = spawn_acquire(&locker, "outage", opts(2_000).with_wait(ms(10_000)));
     // Let the waiter meet the outage at least once before the nodes come back.
     let fence_key = format!("{}:fence", locker.key_of("outage"));
     eventually(ms(3_000), "the waiter tried", || {
@@ -715,18 +647,10 @@ async fn a_waiter_retries_while_a_majority_is_down() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     let nodes = Nodes::start(3);
-    let mut proxies = Vec::new();
-    for s in &nodes.servers {
-        proxies.push(FaultProxy::start(s.addr()).await);
-    }
-    let slow = locker_over(proxies.iter().map(FaultProxy::url).collect(), ms(3_000));
+    let proxies = nodes.proxies().await;
+    let slow = locker_through(&proxies, ms(3_000));
     // Scripts loaded first, so that the delayed acquire is one round trip.
-    slow.acquire("warm", &opts(1_000))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&slow, "warm", &opts(1_000)).await;
     let direct = nodes.locker(ms(1_000));
     let key = direct.key_of("dropped");
     for p in &proxies {
@@ -743,15 +667,11 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
         granted >= 2,
         "only {granted} of 3 nodes granted the dropped acquire"
     );
-    let start = Instant::now();
-    let lease = direct
-        .acquire("dropped", &opts(10_000).with_wait(ms(5_000)))
-        .await
-        .unwrap();
+    let (lease, waited) =
+        acquire_timed(&direct, "dropped", &opts(10_000).with_wait(ms(5_000))).await;
     assert!(
-        start.elapsed() < ms(1_000),
-        "the next caller waited {:?}, not about one round trip",
-        start.elapsed()
+        waited < ms(1_000),
+        "the next caller waited {waited:?}, not about one round trip"
     );
     // Undone on every node, the late one included: soon no node holds any value but the new
     // lease's (the dropped caller's would stay for its 10 s ttl).
@@ -759,7 +679,7 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
         ms(2_000),
         "the dropped acquire's key is gone from every node",
         || async {
-            for i in 0..nodes.len() {
+            for i in 0..nodes.servers.len() {
                 if nodes
                     .get(i, &key)
                     .await
@@ -781,19 +701,11 @@ async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
     let nodes = Nodes::start(3);
     let locker = nodes.locker(ms(1_000));
     let o = opts(5_000);
-    let mut fences = Vec::new();
-    for round in 0..2 {
-        for _ in 0..3 {
-            let lease = locker.acquire("snap", &o).await.unwrap();
-            fences.push(lease.fence());
-            lease.release().await.unwrap();
-        }
-        if round == 0 {
-            for i in 0..3 {
-                let () = nodes.query(i, &redis::cmd("SAVE")).await;
-            }
-        }
+    let mut fences = cycles(&locker, "snap", &o, 3, |_| false).await;
+    for i in 0..3 {
+        let () = nodes.query(i, &redis::cmd("SAVE")).await;
     }
+    fences.extend(cycles(&locker, "snap", &o, 3, |_| false).await);
     for s in &nodes.servers {
         s.kill();
         s.restart();
@@ -814,23 +726,9 @@ async fn fences_grow_across_restarts_from_older_snapshots_on_every_node() {
         }
     }
     assert!(saved >= 2, "only {saved} nodes came back with a counter");
-    let until = Instant::now() + ms(5_000);
-    for _ in 0..3 {
-        let lease = loop {
-            match locker.acquire("snap", &o).await {
-                Err(LockError::QuorumUnavailable { .. }) if Instant::now() < until => {
-                    tokio::time::sleep(ms(10)).await
-                }
-                other => break other.unwrap(),
-            }
-        };
-        fences.push(lease.fence());
-        lease.release().await.unwrap();
-    }
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "fences must strictly increase across the restarts: {fences:?}"
-    );
+    let coming_back = |e: &LockError| matches!(e, LockError::QuorumUnavailable { .. });
+    fences.extend(cycles(&locker, "snap", &o, 3, coming_back).await);
+    assert_increasing(&fences, "fences across the restarts");
 }
 
 /// A node's attempt (the leaner script of a server without a waiter queue) takes the key first

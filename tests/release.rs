@@ -2,7 +2,7 @@
 //! min_hold keeping the key after an early return, and a stale holder never touching the new
 //! holder's key.
 
-mod support;
+pub mod support;
 
 use lock_runtime::{LockError, LostReason};
 use support::monitor::Monitor;

@@ -2,13 +2,15 @@
 //! deleted, Redis frozen, validity or max_exec run out) cancels the body or ends the call as
 //! lost.
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lock_runtime::{LockError, LostReason};
-use support::{Env, ms, opts};
+use support::{
+    Env, SleepingBody, acquire_retrying, lost_reason, ms, opts, query, raw_connection, timed,
+};
 use tokio::time::Instant;
 
 #[tokio::test]
@@ -20,13 +22,9 @@ async fn watchdog_renews_while_the_body_runs_and_stops_after() {
     let sampler = {
         let (raw_env_url, key, min_pttl) = (env.server.url(), key.clone(), min_pttl.clone());
         tokio::spawn(async move {
-            let mut raw = support::raw_connection(&raw_env_url).await;
+            let raw = raw_connection(&raw_env_url).await;
             loop {
-                let p: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query_async(&mut raw)
-                    .await
-                    .unwrap();
+                let p: i64 = query(&raw, redis::cmd("PTTL").arg(&key)).await;
                 if p > 0 {
                     min_pttl.fetch_min(p as usize, Ordering::SeqCst);
                 }
@@ -59,36 +57,10 @@ async fn key_deleted_by_someone_else_cancels_the_body_with_lost() {
     let env = Env::start().await;
     let key = env.key("stolen");
     let o = opts(10_000).with_renew(ms(100));
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let finished = Arc::new(AtomicBool::new(false));
-    let run = {
-        let (locker, finished) = (env.locker.clone(), finished.clone());
-        tokio::spawn(async move {
-            locker
-                .run("stolen", &o, async |_| {
-                    started_tx.send(()).unwrap();
-                    tokio::time::sleep(ms(5_000)).await;
-                    finished.store(true, Ordering::SeqCst);
-                })
-                .await
-        })
-    };
-    started_rx.await.unwrap();
+    let (body, _) = SleepingBody::start(&env.locker, "stolen", o).await;
     env.del(&key).await;
-    let deleted = Instant::now();
-    let res = run.await.unwrap();
-    let took = deleted.elapsed();
-    assert!(
-        matches!(
-            res,
-            Err(LockError::Lost {
-                reason: LostReason::NotOwner,
-                ..
-            })
-        ),
-        "{res:?}"
-    );
-    assert!(!finished.load(Ordering::SeqCst), "the body ran to its end");
+    let (res, took) = body.cut_short().await;
+    assert_eq!(lost_reason(&res), Some(LostReason::NotOwner), "{res:?}");
     assert!(
         took <= ms(100 + 100),
         "loss noticed after {took:?}, more than one renew period + a round trip"
@@ -128,14 +100,9 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
     env.server.pause();
     let res = run.await.unwrap();
     env.server.resume();
-    assert!(
-        matches!(
-            res,
-            Err(LockError::Lost {
-                reason: LostReason::ValidityExpired,
-                ..
-            })
-        ),
+    assert_eq!(
+        lost_reason(&res),
+        Some(LostReason::ValidityExpired),
         "a body under a frozen Redis must end with Lost, got {res:?}"
     );
     let bound = (body_start + o.max_exec()).min(validity);
@@ -146,16 +113,9 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
         at - bound
     );
     // The same locker works again once Redis is back.
-    let lease = tokio::time::timeout(ms(5_000), async {
-        loop {
-            match env.locker.acquire("after-freeze", &opts(1_000)).await {
-                Ok(lease) => break lease,
-                Err(_) => tokio::time::sleep(ms(20)).await,
-            }
-        }
-    })
-    .await
-    .expect("the locker recovers after SIGCONT");
+    let lease = acquire_retrying(&env.locker, "after-freeze", &opts(1_000), |_| true)
+        .await
+        .expect("the locker recovers after SIGCONT");
     lease.release().await.unwrap();
 }
 
@@ -163,12 +123,10 @@ async fn frozen_redis_cancels_the_body_before_validity_ends_and_locker_recovers(
 async fn max_exec_cancels_the_body_at_its_deadline_and_releases() {
     let env = Env::start().await;
     let o = opts(2_000).with_max_exec(ms(200));
-    let start = Instant::now();
-    let res = env
+    let call = env
         .locker
-        .run("slow", &o, async |_| tokio::time::sleep(ms(5_000)).await)
-        .await;
-    let took = start.elapsed();
+        .run("slow", &o, async |_| tokio::time::sleep(ms(5_000)).await);
+    let (res, took) = timed(call).await;
     assert!(
         matches!(res, Err(LockError::MaxExecExceeded { .. })),
         "{res:?}"
@@ -196,14 +154,9 @@ async fn a_body_that_finishes_after_its_lease_ran_out_is_lost_not_ok() {
             42
         })
         .await;
-    assert!(
-        matches!(
-            res,
-            Err(LockError::Lost {
-                reason: LostReason::ValidityExpired,
-                ..
-            })
-        ),
+    assert_eq!(
+        lost_reason(&res),
+        Some(LostReason::ValidityExpired),
         "{res:?}"
     );
 }

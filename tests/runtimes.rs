@@ -4,7 +4,7 @@
 //! leases are still held. Those leases must go on being renewed, and the locker's calls must go
 //! on working although its connections were made in the runtime that shut down.
 
-mod support;
+pub mod support;
 
 use std::time::Duration;
 
@@ -178,7 +178,7 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
                     queued(&locker, "runtimes:waited")
                 })
                 .await;
-                let (_, grants) = support::first_waiter(&raw, &key).await;
+                let (_, grants) = support::queue::first_waiter(&raw, &key).await;
                 eventually(ms(2_000), "the waiter listens for its grant", || async {
                     support::subscribers(&raw, &grants).await == 1
                 })

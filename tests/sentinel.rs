@@ -4,33 +4,33 @@
 //!
 //! One Sentinel set at a time (`SERIAL`): failovers are timed by real Sentinels on 2 cores.
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 
-use lock_runtime::{LockError, LockOptions, Locker};
+use lock_runtime::{LockError, LockOptions, Locker, LockerBuilder};
 use lock_testing::{RedisServer, SentinelSet};
-use support::fenced::{FencedStore, Mode};
-use support::{Failure, SERIAL, ms};
+use support::fenced::FencedStore;
+use support::history::Mode;
+use support::{Failure, SERIAL, assert_mentions, ms, raw_connection_to};
 use tokio::sync::Notify;
 
-async fn sentinel_locker(set: &SentinelSet, replicas: usize) -> Locker {
+/// A builder of a locker on the Sentinel set's master, asking for `replicas` acknowledgements.
+fn sentinel_builder(set: &SentinelSet, replicas: usize) -> LockerBuilder {
     Locker::builder()
         .sentinel(set.sentinel_urls(), set.master_name())
         .replicas(replicas)
+}
+
+async fn sentinel_locker(set: &SentinelSet, replicas: usize) -> Locker {
+    sentinel_builder(set, replicas)
         .connect()
         .await
         .expect("sentinel locker connects")
 }
 
 async fn exists(port: u16, key: &str) -> bool {
-    let mut conn = support::raw_connection(&format!("redis://127.0.0.1:{port}")).await;
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query_async::<i64>(&mut conn)
-        .await
-        .unwrap()
-        == 1
+    support::exists(&raw_connection_to(port).await, key).await
 }
 
 /// The unsafe control: replication is held back, a lock is taken with `replicas(0)`, the primary
@@ -209,31 +209,14 @@ async fn sentinel_bad_set_ups_are_clear_errors() {
         .connect()
         .await
         .unwrap_err();
-    let text = err.to_string();
     assert!(matches!(err, LockError::Config { .. }), "{err:?}");
-    assert!(
-        text.contains("no Sentinel knows") && text.contains("no-such-master"),
-        "{text}"
-    );
+    assert_mentions(&err, &["no Sentinel knows", "no-such-master"]);
 
-    let err = Locker::builder()
-        .sentinel(set.sentinel_urls(), set.master_name())
-        .replicas(2)
-        .connect()
-        .await
-        .unwrap_err();
-    let text = err.to_string();
-    assert!(
-        text.contains("replicas(2)") && text.contains("has 1 connected replica"),
-        "{text}"
-    );
+    let err = sentinel_builder(&set, 2).connect().await.unwrap_err();
+    assert_mentions(&err, &["replicas(2)", "has 1 connected replica"]);
 
     // Built without the check, the shortfall shows at acquire, with the count.
-    let locker = Locker::builder()
-        .sentinel(set.sentinel_urls(), set.master_name())
-        .replicas(2)
-        .build()
-        .unwrap();
+    let locker = sentinel_builder(&set, 2).build().unwrap();
     let err = locker
         .acquire("job", &LockOptions::new(ms(1_000)))
         .await

@@ -1,7 +1,7 @@
 //! Thousands of held leases renewed over a link whose delay keeps changing between 100 and 600 ms
 //! each way. The server always answers well inside each lease's margin, so no lease may be lost.
 
-mod support;
+pub mod support;
 
 use lock_runtime::{LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};

@@ -11,7 +11,7 @@
 //! `#[ignore]`d: run it with `cargo test --test soak -- --include-ignored` (the README's test
 //! command and `.ci/run` do). `SOAK_SEED` replays a run (the seed is printed).
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use lock_runtime::{Lease, LockError, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
-use support::fenced::{FencedStore, Mode};
+use support::fenced::FencedStore;
+use support::history::{Hold, Mode};
 use support::{Rng, eventually, ms};
 use tokio::time::{Instant, timeout};
 
@@ -534,9 +535,8 @@ async fn soak_random_faults_no_violations_no_leaks() {
     // its body (until its next renewal); their fences are higher, so the store refuses the old
     // holder's write. Any other overlap of two cancellable
     // (`run`) sections means a body outlived its lease: printed, as the margin is the drift.
-    let spans_restart = |h: &support::fenced::Hold| {
-        restart_seq.is_some_and(|r| h.start <= r && h.end.is_none_or(|e| e >= r))
-    };
+    let spans_restart =
+        |h: &Hold| restart_seq.is_some_and(|r| h.start <= r && h.end.is_none_or(|e| e >= r));
     // So are overlaps with a holder whose key was force-released under it: its body runs on
     // until its next renewal shows the loss, and the store refuses its write.
     let forced_fences = losses.forced_fences();

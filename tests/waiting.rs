@@ -2,63 +2,42 @@
 //! polling), a wait runs out with Busy, a locker subscribes once however often it waits and
 //! leaves nothing behind, and the queue cleans up after waiters that left or vanished.
 
-mod support;
+pub mod support;
 
 use std::sync::Arc;
 
 use lock_runtime::LockError;
 use support::monitor::Monitor;
-use support::{
-    Env, eventually, ms, opts, queue_len, queue_stalled_waiter, queue_waiter, queued, set_for,
-    take_and_release,
+use support::queue::{
+    first_waiter, queue_len, queue_stalled_waiter, queue_taker, queue_waiter, queued,
 };
-use tokio::time::Instant;
+use support::{
+    Env, acquire_timed, assert_handed_over_within, cycle, eventually, ms, opts, query, set_for,
+    spawn_acquire, take_timed, timed, within,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_is_woken_by_the_release_not_by_polling() {
     let env = Env::start().await;
     // A long ttl: a waiter relying on the PTTL would wait 10 s.
     let holder = env.locker.acquire("handoff", &opts(10_000)).await.unwrap();
-    let waiter = {
-        let locker = env.second_locker().await;
-        tokio::spawn(async move {
-            let lease = locker
-                .acquire("handoff", &opts(10_000).with_wait(ms(5_000)))
-                .await
-                .unwrap();
-            let at = Instant::now();
-            lease.release().await.unwrap();
-            at
-        })
-    };
+    let waiting = opts(10_000).with_wait(ms(5_000));
+    let waiter = take_timed(env.second_locker().await, "handoff", waiting);
     // Let the waiter subscribe and park.
     let channel = format!("{}:released", env.key("handoff"));
     eventually(ms(2_000), "the waiter subscribed", || async {
         env.subscribers(&channel).await > 0
     })
     .await;
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let acquired = waiter.await.unwrap();
-    let latency = acquired - released;
-    println!("hand-off latency: {latency:?}");
-    assert!(
-        latency <= ms(50),
-        "waiter woke {latency:?} after the release"
-    );
+    assert_handed_over_within(holder, waiter, ms(50), "hand-off latency").await;
 }
 
 #[tokio::test]
 async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     let env = Env::start().await;
     let _holder = env.locker.acquire("busy", &opts(10_000)).await.unwrap();
-    let start = Instant::now();
-    let err = env
-        .locker
-        .acquire("busy", &opts(10_000).with_wait(ms(300)))
-        .await
-        .unwrap_err();
-    let took = start.elapsed();
+    let (res, took) = timed(env.locker.acquire("busy", &opts(10_000).with_wait(ms(300)))).await;
+    let err = res.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }), "{err}");
     assert!(took >= ms(300) && took <= ms(320), "Busy after {took:?}");
     assert!(err.to_string().contains("busy"), "{err}");
@@ -116,18 +95,14 @@ async fn a_locker_that_waits_again_and_again_subscribes_once() {
     let monitor = Monitor::start(env.server.addr());
     for _ in 0..5 {
         let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();
-        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
-        queued(&env, name, 1).await;
-        grant_channel = support::first_waiter(&env.raw, &key).await.1;
+        let waiter = queue_taker(&env, waiting.clone(), name, ms(5_000), 1).await;
+        grant_channel = first_waiter(&env.raw, &key).await.1;
         eventually(ms(2_000), "the waiter listens on both channels", || async {
             env.subscribers(&lock_channel).await == 1 && env.subscribers(&grant_channel).await == 1
         })
         .await;
         holder.release().await.unwrap();
-        tokio::time::timeout(ms(5_000), waiter)
-            .await
-            .expect("handed over")
-            .unwrap();
+        within(ms(5_000), waiter, "handed over").await;
     }
     let subscribes = env.calls("subscribe").await;
     assert_eq!(
@@ -166,12 +141,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
         .acquire("many:warm-up", &opts(10_000))
         .await
         .unwrap();
-    let waiter = take_and_release(
-        waiting.clone(),
-        "many:warm-up",
-        opts(10_000).with_wait(ms(5_000)),
-    );
-    queued(&env, "many:warm-up", 1).await;
+    let waiter = queue_taker(&env, waiting.clone(), "many:warm-up", ms(5_000), 1).await;
     warm_up.release().await.unwrap();
     waiter.await.unwrap();
     eventually(ms(3_000), "the warm-up's channels undone", || async {
@@ -192,13 +162,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
             let (locker, name) = (waiting.clone(), name.clone());
             tokio::spawn(async move {
                 let o = opts(30_000).with_wait(ms(20_000));
-                locker
-                    .acquire(&name, &o)
-                    .await
-                    .unwrap()
-                    .release()
-                    .await
-                    .unwrap();
+                cycle(&locker, &name, &o).await
             })
         })
         .collect();
@@ -211,10 +175,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
         lease.release().await.unwrap();
     }
     for waiter in waiters {
-        tokio::time::timeout(ms(10_000), waiter)
-            .await
-            .expect("granted")
-            .unwrap();
+        within(ms(10_000), waiter, "granted").await;
     }
     assert_eq!(
         env.calls("subscribe").await,
@@ -253,32 +214,21 @@ async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry(
             // Another waiter, first in line, with a grace of 30 s: its queue lives 2 minutes.
             queue_waiter(&env, &key, "patient", "nonce 10000 30000").await;
             for k in [&queue, &states] {
-                let mut raw = env.raw.clone();
-                let _: () = redis::cmd("PEXPIRE")
-                    .arg(k)
-                    .arg(120_000)
-                    .query_async(&mut raw)
-                    .await
-                    .unwrap();
+                let _: i64 = query(&env.raw, redis::cmd("PEXPIRE").arg(k).arg(120_000)).await;
             }
         }
-        let waiter = take_and_release(waiting.clone(), name, opts(10_000).with_wait(ms(5_000)));
-        queued(&env, name, if longer { 2 } else { 1 }).await;
+        let waiter = queue_taker(
+            &env,
+            waiting.clone(),
+            name,
+            ms(5_000),
+            if longer { 2 } else { 1 },
+        )
+        .await;
         let grace: i64 = {
-            let mut raw = env.raw.clone();
-            let ids: Vec<String> = redis::cmd("ZRANGE")
-                .arg(&queue)
-                .arg(-1)
-                .arg(-1)
-                .query_async(&mut raw)
-                .await
-                .unwrap();
-            let state: String = redis::cmd("HGET")
-                .arg(&states)
-                .arg(&ids[0])
-                .query_async(&mut raw)
-                .await
-                .unwrap();
+            let ids: Vec<String> =
+                query(&env.raw, redis::cmd("ZRANGE").arg(&queue).arg(-1).arg(-1)).await;
+            let state: String = query(&env.raw, redis::cmd("HGET").arg(&states).arg(&ids[0])).await;
             state.rsplit(' ').next().unwrap().parse().unwrap()
         };
         for k in [&queue, &states] {
@@ -309,10 +259,7 @@ async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry(
                 .unwrap();
         }
         holder.release().await.unwrap();
-        tokio::time::timeout(ms(5_000), waiter)
-            .await
-            .expect("handed over")
-            .unwrap();
+        within(ms(5_000), waiter, "handed over").await;
     }
 }
 
@@ -328,17 +275,12 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     set_for(&env, &key, "AAAAAAAAAAAAAAAAAAAAAA;h=h;p=7;w=0", ms(100)).await;
     // The waiter gets the lock once the ghost's place ran out (300 ms after the waiter first
     // saw it), well before the queue's keys would expire by themselves (4 graces, 1.2 s).
-    let start = Instant::now();
-    let lease = env
-        .locker
-        .acquire("phantom", &opts(1_000).with_wait(ms(3_000)))
-        .await
-        .unwrap();
-    assert!(start.elapsed() < ms(1_000), "waited {:?}", start.elapsed());
+    let (lease, waited) =
+        acquire_timed(&env.locker, "phantom", &opts(1_000).with_wait(ms(3_000))).await;
+    assert!(waited < ms(1_000), "waited {waited:?}");
     assert!(
-        start.elapsed() >= ms(300),
-        "taken after {:?}, before the ghost's grace ran out",
-        start.elapsed()
+        waited >= ms(300),
+        "taken after {waited:?}, before the ghost's grace ran out"
     );
     lease.release().await.unwrap();
     assert_eq!(queue_len(&env, "phantom").await, 0);
@@ -352,12 +294,7 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
         .acquire("leave", &opts(10_000).without_fence())
         .await
         .unwrap();
-    let locker = env.locker.clone();
-    let task = tokio::spawn(async move {
-        locker
-            .acquire("leave", &opts(1_000).with_wait(ms(10_000)))
-            .await
-    });
+    let task = spawn_acquire(&env.locker, "leave", opts(1_000).with_wait(ms(10_000)));
     queued(&env, "leave", 1).await;
     task.abort();
     eventually(ms(150), "the cancelled waiter left the queue", || async {

@@ -1,6 +1,5 @@
 //! A `lock_holder` child process (src/bin/lock_holder.rs): its stdout events, read line by line
 //! as they happen, and process control (SIGSTOP, SIGCONT, SIGKILL).
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -14,7 +13,7 @@ pub struct Holder {
     stdin: Option<ChildStdin>,
     lines: mpsc::UnboundedReceiver<String>,
     /// Every line read so far, for failure messages.
-    pub seen: Vec<String>,
+    seen: Vec<String>,
     pid: u32,
 }
 
@@ -52,10 +51,6 @@ impl Holder {
             seen: Vec::new(),
             pid,
         }
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
     }
 
     /// The next line starting with `prefix` (earlier lines are skipped, but kept in `seen`).

@@ -1,23 +1,35 @@
-//! Shared helpers of the integration tests: a private server, a raw connection, bounded waits,
-//! the waiter queue of a lock, a seedable random source, and a guard for tests that must not
-//! overlap.
-#![allow(dead_code)]
+//! Shared helpers of the integration tests: a private server, raw connections and queries, lock
+//! calls that tests repeat, bounded waits and timings, assertions on errors, a seedable random
+//! source, a log capture, and a guard for tests that must not overlap.
+//!
+//! Each test file declares this module public (`pub mod support;`): these helpers are the suite's
+//! shared interface, so that a test file that uses only some of them is not warned about the
+//! others. A helper that no test file uses is deleted, not kept.
 
+use std::fmt::Display;
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lock_runtime::{LockOptions, Locker};
+use lock_runtime::{Lease, LockError, LockOptions, Locker, LockerBuilder, LostReason};
 use lock_testing::RedisServer;
 use redis::aio::MultiplexedConnection;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
-/// The fenced store and its history checker (fault tests).
+/// The fenced store, as the test process and the `lock_holder` binary both use it.
 pub mod fenced;
+/// The fenced store's set-up, read-back and history checker (test side only).
+pub mod history;
 /// `lock_holder` child processes (fault tests).
 pub mod holder;
 /// The commands a server runs, with their arguments (`MONITOR`).
 pub mod monitor;
 /// Several independent nodes, for Redlock.
 pub mod nodes;
+/// The waiter queue of a lock, seen and written from the side.
+pub mod queue;
 
 /// A private redis-server with a locker and a raw connection to it.
 pub struct Env {
@@ -47,27 +59,24 @@ impl Env {
             .expect("second locker connects")
     }
 
+    /// Another locker on the same server, connected with the settings `configure` adds.
+    pub async fn locker_with(
+        &self,
+        configure: impl FnOnce(LockerBuilder) -> LockerBuilder,
+    ) -> Locker {
+        connect_with(&self.server.url(), configure).await
+    }
+
     pub fn key(&self, name: &str) -> String {
         self.locker.key_of(name)
     }
 
     pub async fn exists(&self, key: &str) -> bool {
-        let mut raw = self.raw.clone();
-        redis::cmd("EXISTS")
-            .arg(key)
-            .query_async::<i64>(&mut raw)
-            .await
-            .unwrap()
-            == 1
+        exists(&self.raw, key).await
     }
 
     pub async fn pttl(&self, key: &str) -> i64 {
-        let mut raw = self.raw.clone();
-        redis::cmd("PTTL")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .unwrap()
+        query(&self.raw, redis::cmd("PTTL").arg(key)).await
     }
 
     /// How many clients are subscribed to `channel` (PUBSUB NUMSUB).
@@ -81,21 +90,11 @@ impl Env {
     }
 
     pub async fn get(&self, key: &str) -> Option<String> {
-        let mut raw = self.raw.clone();
-        redis::cmd("GET")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .unwrap()
+        query(&self.raw, redis::cmd("GET").arg(key)).await
     }
 
     pub async fn del(&self, key: &str) {
-        let mut raw = self.raw.clone();
-        let _: i64 = redis::cmd("DEL")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let _: i64 = query(&self.raw, redis::cmd("DEL").arg(key)).await;
     }
 
     pub async fn reset_stats(&self) {
@@ -108,91 +107,15 @@ impl Env {
     }
 }
 
-/// Resets the server's command counts (CONFIG RESETSTAT), over `raw`.
-pub async fn reset_stats(raw: &MultiplexedConnection) {
-    let mut raw = raw.clone();
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(&mut raw)
+/// A locker on `url`, connected with the settings `configure` adds to its builder.
+pub async fn connect_with(
+    url: &str,
+    configure: impl FnOnce(LockerBuilder) -> LockerBuilder,
+) -> Locker {
+    configure(Locker::builder().url(url))
+        .connect()
         .await
-        .unwrap();
-}
-
-/// How many times `command` ran since the last reset (from INFO commandstats), asked over `raw`.
-pub async fn calls(raw: &MultiplexedConnection, command: &str) -> u64 {
-    let mut raw = raw.clone();
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
-/// A locked section's failure: the lock's or the fenced store's.
-#[derive(Debug)]
-pub enum Failure {
-    Lock(lock_runtime::LockError),
-    Store(redis::RedisError),
-}
-
-impl From<lock_runtime::LockError> for Failure {
-    fn from(e: lock_runtime::LockError) -> Self {
-        Self::Lock(e)
-    }
-}
-
-impl From<redis::RedisError> for Failure {
-    fn from(e: redis::RedisError) -> Self {
-        Self::Store(e)
-    }
-}
-
-/// How many clients are subscribed to `channel` (PUBSUB NUMSUB), asked over `raw`.
-pub async fn subscribers(raw: &MultiplexedConnection, channel: &str) -> i64 {
-    let mut raw = raw.clone();
-    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-        .arg("NUMSUB")
-        .arg(channel)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    n[0].1
-}
-
-/// The channels anyone is subscribed to on the server (PUBSUB CHANNELS), sorted, asked over
-/// `raw`.
-pub async fn pubsub_channels(raw: &MultiplexedConnection) -> Vec<String> {
-    let mut raw = raw.clone();
-    let mut channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    channels.sort();
-    channels
-}
-
-/// The id of the first waiter queued on `key`, and the grant channel it names
-/// (`<key>:released:<id>` for an id ending with `;grants=<id>`).
-pub async fn first_waiter(raw: &MultiplexedConnection, key: &str) -> (String, String) {
-    let mut raw = raw.clone();
-    let head: Vec<String> = redis::cmd("ZRANGE")
-        .arg(format!("{key}:waiters"))
-        .arg(0)
-        .arg(0)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let (_, grants) = head[0]
-        .rsplit_once(";grants=")
-        .expect("a waiter id names its locker's grant channel");
-    let channel = format!("{key}:released:{grants}");
-    (head[0].clone(), channel)
+        .expect("locker connects")
 }
 
 pub async fn raw_connection(url: &str) -> MultiplexedConnection {
@@ -201,6 +124,57 @@ pub async fn raw_connection(url: &str) -> MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .unwrap()
+}
+
+/// A raw connection to the redis-server on `127.0.0.1:port`.
+pub async fn raw_connection_to(port: u16) -> MultiplexedConnection {
+    raw_connection(&format!("redis://127.0.0.1:{port}")).await
+}
+
+/// Sends `cmd` over `raw` and returns the reply; panics on an error reply.
+pub async fn query<T: redis::FromRedisValue>(raw: &MultiplexedConnection, cmd: &redis::Cmd) -> T {
+    cmd.query_async(&mut raw.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+/// Whether `key` exists, asked over `raw`.
+pub async fn exists(raw: &MultiplexedConnection, key: &str) -> bool {
+    query::<i64>(raw, redis::cmd("EXISTS").arg(key)).await == 1
+}
+
+/// Resets the server's command counts (CONFIG RESETSTAT), over `raw`.
+pub async fn reset_stats(raw: &MultiplexedConnection) {
+    let () = query(raw, redis::cmd("CONFIG").arg("RESETSTAT")).await;
+}
+
+/// How many times `command` ran since the last reset (from INFO commandstats), asked over `raw`.
+pub async fn calls(raw: &MultiplexedConnection, command: &str) -> u64 {
+    let info: String = query(raw, redis::cmd("INFO").arg("commandstats")).await;
+    calls_in(&info, command)
+}
+
+/// How many times `command` ran, as `INFO commandstats` (the text `info`) counts it.
+pub fn calls_in(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// How many clients are subscribed to `channel` (PUBSUB NUMSUB), asked over `raw`.
+pub async fn subscribers(raw: &MultiplexedConnection, channel: &str) -> i64 {
+    let n: Vec<(String, i64)> = query(raw, redis::cmd("PUBSUB").arg("NUMSUB").arg(channel)).await;
+    n[0].1
+}
+
+/// The channels anyone is subscribed to on the server (PUBSUB CHANNELS), sorted, asked over
+/// `raw`.
+pub async fn pubsub_channels(raw: &MultiplexedConnection) -> Vec<String> {
+    let mut channels: Vec<String> = query(raw, redis::cmd("PUBSUB").arg("CHANNELS")).await;
+    channels.sort();
+    channels
 }
 
 /// A RESP3 connection pattern-subscribed to `pattern`, and the messages it receives, as
@@ -236,77 +210,225 @@ pub async fn listen(
     (conn, out)
 }
 
-/// Puts waiter `id` first in the queue of the lock `key`, as a waiter whose queue state has no
-/// ttl and that then stopped coming back: a last attempt's nonce and a grace of 300 ms.
-pub async fn queue_stalled_waiter(env: &Env, key: &str, id: &str) {
-    queue_waiter(env, key, id, "nonce 300").await;
-}
-
-/// Puts waiter `id` first in the queue of the lock `key`, with `state` as its attempt would
-/// write it (`<nonce> <ttl ms> <grace ms>`, or `<nonce> <grace ms>` for a state without a ttl).
-pub async fn queue_waiter(env: &Env, key: &str, id: &str, state: &str) {
-    let mut raw = env.raw.clone();
-    let _: () = redis::pipe()
-        .cmd("ZADD")
-        .arg(format!("{key}:waiters"))
-        .arg(1)
-        .arg(id)
-        .ignore()
-        .cmd("HSET")
-        .arg(format!("{key}:waiters:state"))
-        .arg(id)
-        .arg(state)
-        .ignore()
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-}
-
 /// Sets the lock `key` to `value` for `ttl`, as a holder (or another client) would.
 pub async fn set_for(env: &Env, key: &str, value: &str, ttl: Duration) {
-    let mut raw = env.raw.clone();
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("PX")
-        .arg(ttl.as_millis() as u64)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-}
-
-/// Waits (bounded) until the queue of the lock `name` holds `n` waiters.
-pub async fn queued(env: &Env, name: &str, n: i64) {
-    eventually(
-        ms(2_000),
-        &format!("{n} waiters queued on {name}"),
-        || async { queue_len(env, name).await == n },
+    let px = ttl.as_millis() as u64;
+    let () = query(
+        &env.raw,
+        redis::cmd("SET").arg(key).arg(value).arg("PX").arg(px),
     )
     .await;
 }
 
-/// A waiter that takes the lock `name`, releases it at once and returns its fence.
-pub fn take_and_release(
-    locker: Locker,
-    name: &'static str,
+/// A locked section's failure: the lock's or the fenced store's.
+#[derive(Debug)]
+pub enum Failure {
+    Lock(LockError),
+    Store(redis::RedisError),
+}
+
+impl From<LockError> for Failure {
+    fn from(e: LockError) -> Self {
+        Self::Lock(e)
+    }
+}
+
+impl From<redis::RedisError> for Failure {
+    fn from(e: redis::RedisError) -> Self {
+        Self::Store(e)
+    }
+}
+
+/// A task that waits (as `o` allows) for the lock `name`: the lease, or why not.
+pub fn spawn_acquire(
+    locker: &Locker,
+    name: &str,
     o: LockOptions,
-) -> tokio::task::JoinHandle<u64> {
+) -> JoinHandle<Result<Lease, LockError>> {
+    let (locker, name) = (locker.clone(), name.to_owned());
+    tokio::spawn(async move { locker.acquire(&name, &o).await })
+}
+
+/// A locked call on a task of its own whose body sleeps 5 s, then notes that it ran to its end:
+/// for the tests of a fault that must end the body first.
+pub struct SleepingBody {
+    call: JoinHandle<Result<(), LockError>>,
+    finished: Arc<AtomicBool>,
+}
+
+impl SleepingBody {
+    /// Starts the call on the lock `name`; returns once the body runs, with the lease's fence.
+    pub async fn start(locker: &Locker, name: &str, o: LockOptions) -> (Self, u64) {
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let finished = Arc::new(AtomicBool::new(false));
+        let call = {
+            let (locker, name, finished) = (locker.clone(), name.to_owned(), finished.clone());
+            tokio::spawn(async move {
+                locker
+                    .run(&name, &o, async |lease| {
+                        started_tx.send(lease.fence()).unwrap();
+                        tokio::time::sleep(ms(5_000)).await;
+                        finished.store(true, Ordering::SeqCst);
+                    })
+                    .await
+            })
+        };
+        let fence = started_rx.await.unwrap();
+        (Self { call, finished }, fence)
+    }
+
+    /// Waits for the call's end, which must come before the body's: its outcome, and how long
+    /// the wait took.
+    pub async fn cut_short(self) -> (Result<(), LockError>, Duration) {
+        let (res, took) = timed(self.call).await;
+        assert!(
+            !self.finished.load(Ordering::SeqCst),
+            "the body ran to its end"
+        );
+        (res.unwrap(), took)
+    }
+}
+
+/// Takes the lock `name` and releases it at once; returns the lease's fence.
+pub async fn cycle(locker: &Locker, name: &str, o: &LockOptions) -> u64 {
+    let lease = locker.acquire(name, o).await.unwrap();
+    let fence = lease.fence();
+    lease.release().await.unwrap();
+    fence
+}
+
+/// `n` cycles of the lock `name`, one after the other: their fences, in order. Each acquire is
+/// retried (for up to 5 s) while it fails with an error `retry` accepts.
+pub async fn cycles(
+    locker: &Locker,
+    name: &str,
+    o: &LockOptions,
+    n: usize,
+    retry: impl Fn(&LockError) -> bool,
+) -> Vec<u64> {
+    let mut fences = Vec::with_capacity(n);
+    for _ in 0..n {
+        let lease = acquire_retrying(locker, name, o, &retry).await.unwrap();
+        fences.push(lease.fence());
+        lease.release().await.unwrap();
+    }
+    fences
+}
+
+/// A task that takes the lock `name` (waiting as `o` allows), releases it at once and returns
+/// its fence.
+pub fn take_and_release(locker: Locker, name: &'static str, o: LockOptions) -> JoinHandle<u64> {
+    tokio::spawn(async move { cycle(&locker, name, &o).await })
+}
+
+/// A task that takes the lock `name` (waiting as `o` allows), releases it at once and returns
+/// when it had it in hand.
+pub fn take_timed(locker: Locker, name: &'static str, o: LockOptions) -> JoinHandle<Instant> {
     tokio::spawn(async move {
         let lease = locker.acquire(name, &o).await.unwrap();
-        let fence = lease.fence();
+        let at = Instant::now();
         lease.release().await.unwrap();
-        fence
+        at
     })
 }
 
-/// How many waiters the queue of the lock `name` holds.
-pub async fn queue_len(env: &Env, name: &str) -> i64 {
-    let mut raw = env.raw.clone();
-    redis::cmd("ZCARD")
-        .arg(format!("{}:waiters", env.key(name)))
-        .query_async(&mut raw)
+/// Releases `holder` and asserts that `waiter` (a [`take_timed`] task) had the lock at most
+/// `bound` after the release; prints that latency, named `what`.
+pub async fn assert_handed_over_within(
+    holder: Lease,
+    waiter: JoinHandle<Instant>,
+    bound: Duration,
+    what: &str,
+) {
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let latency = waiter.await.unwrap() - released;
+    println!("{what}: {latency:?}");
+    assert!(
+        latency <= bound,
+        "waiter woke {latency:?} after the release"
+    );
+}
+
+/// Acquires the lock `name`, retrying for up to 5 s while the attempt fails with an error `retry`
+/// accepts (a connection still reconnecting, nodes coming back); any other outcome is returned.
+pub async fn acquire_retrying(
+    locker: &Locker,
+    name: &str,
+    o: &LockOptions,
+    retry: impl Fn(&LockError) -> bool,
+) -> Result<Lease, LockError> {
+    let until = Instant::now() + ms(5_000);
+    loop {
+        match locker.acquire(name, o).await {
+            Err(e) if retry(&e) && Instant::now() < until => tokio::time::sleep(ms(10)).await,
+            other => return other,
+        }
+    }
+}
+
+/// Takes every lock of `names` at once (a task each), and returns the leases in that order.
+pub async fn acquire_all(
+    locker: &Locker,
+    names: impl Iterator<Item = String>,
+    o: LockOptions,
+) -> Vec<Lease> {
+    let tasks: Vec<_> = names
+        .map(|name| {
+            let locker = locker.clone();
+            tokio::spawn(async move { locker.acquire(&name, &o).await.unwrap() })
+        })
+        .collect();
+    let mut leases = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        leases.push(t.await.unwrap());
+    }
+    leases
+}
+
+/// Takes the lock `name` (waiting as `o` allows): the lease, and how long it took.
+pub async fn acquire_timed(locker: &Locker, name: &str, o: &LockOptions) -> (Lease, Duration) {
+    let (acquired, took) = timed(locker.acquire(name, o)).await;
+    (acquired.unwrap(), took)
+}
+
+/// What `task` returned, awaited for at most `limit`; panics with `what` after that.
+pub async fn within<T>(limit: Duration, task: JoinHandle<T>, what: &str) -> T {
+    tokio::time::timeout(limit, task)
         .await
+        .unwrap_or_else(|_| panic!("not within {limit:?}: {what}"))
         .unwrap()
+}
+
+/// Runs `fut`; returns its output and how long it took.
+pub async fn timed<F: Future>(fut: F) -> (F::Output, Duration) {
+    let start = Instant::now();
+    let out = fut.await;
+    (out, start.elapsed())
+}
+
+/// The reason of a `Lost` error in `res`; `None` for any other outcome.
+pub fn lost_reason<T>(res: &Result<T, LockError>) -> Option<LostReason> {
+    match res {
+        Err(LockError::Lost { reason, .. }) => Some(*reason),
+        _ => None,
+    }
+}
+
+/// Asserts that the text of `err` contains each of `parts`.
+pub fn assert_mentions(err: &impl Display, parts: &[&str]) {
+    let text = err.to_string();
+    for part in parts {
+        assert!(text.contains(part), "`{part}` is not in: {text}");
+    }
+}
+
+/// Asserts that `fences` strictly increase; `what` says which fences they are.
+pub fn assert_increasing(fences: &[u64], what: &str) {
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "{what} must strictly increase: {fences:?}"
+    );
 }
 
 /// Taken by the tests of one file that must not overlap: each test file is a process of its
@@ -321,7 +443,7 @@ impl Rng {
         Self(seed.max(1))
     }
 
-    pub fn next(&mut self) -> u64 {
+    fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -356,13 +478,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let until = tokio::time::Instant::now() + limit;
+    let until = Instant::now() + limit;
     loop {
         if check().await {
             return;
         }
         assert!(
-            tokio::time::Instant::now() < until,
+            Instant::now() < until,
             "timed out after {limit:?} waiting for: {what}"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lock_runtime::Locker;
-use lock_testing::RedisServer;
+use lock_testing::{FaultProxy, RedisServer};
 
 use super::raw_connection;
 
@@ -18,10 +18,6 @@ impl Nodes {
         Self {
             servers: (0..n).map(|_| RedisServer::start()).collect(),
         }
-    }
-
-    pub fn len(&self) -> usize {
-        self.servers.len()
     }
 
     pub fn urls(&self) -> Vec<String> {
@@ -39,9 +35,18 @@ impl Nodes {
         locker_over(self.urls(), timeout)
     }
 
+    /// A fault proxy in front of each node, in the nodes' order.
+    pub async fn proxies(&self) -> Vec<FaultProxy> {
+        let mut proxies = Vec::new();
+        for s in &self.servers {
+            proxies.push(FaultProxy::start(s.addr()).await);
+        }
+        proxies
+    }
+
     /// Indexes of the running nodes.
     pub fn live(&self) -> Vec<usize> {
-        (0..self.len())
+        (0..self.servers.len())
             .filter(|&i| self.servers[i].is_running())
             .collect()
     }
@@ -103,6 +108,12 @@ impl Nodes {
             .await;
         n[0].1
     }
+}
+
+/// A Redlock locker that reaches its nodes through `proxies`, with these connect and response
+/// timeouts, not yet connected.
+pub fn locker_through(proxies: &[FaultProxy], timeout: Duration) -> Locker {
+    locker_over(proxies.iter().map(FaultProxy::url).collect(), timeout)
 }
 
 /// A Redlock locker over `urls` with these connect and response timeouts, not yet connected.
