@@ -9,7 +9,7 @@ pub mod support;
 
 use lock_runtime::{LockError, LockOptions, Locker};
 use lock_testing::RedisServer;
-use support::{SERIAL, ms, raw_connection};
+use support::{SERIAL, capture_logs, cycle, exists, ms, raw_connection};
 
 /// A server with little memory that evicts any key (`allkeys-random`, so that a lock key,
 /// recently used or not, goes as soon as the cache fills).
@@ -27,12 +27,7 @@ async fn fill_until_evicted(server: &RedisServer, key: &str) -> usize {
             .arg(&blob)
             .query_async(&mut raw)
             .await;
-        let exists: i64 = redis::cmd("EXISTS")
-            .arg(key)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
-        if exists == 0 {
+        if !exists(&raw, key).await {
             return i;
         }
     }
@@ -64,7 +59,7 @@ async fn connect_names_an_evicting_policy() {
     for policy in ["allkeys-lru", "volatile-ttl"] {
         let server = evicting_server(policy);
         let mut connected = None;
-        let logs = support::capture_logs(async {
+        let logs = capture_logs(async {
             connected = Some(Locker::connect(&server.url()).await);
         })
         .await;
@@ -96,7 +91,7 @@ async fn connect_requiring_noeviction(
     server: &RedisServer,
 ) -> (Result<Locker, LockError>, Vec<String>) {
     let mut connected = None;
-    let logs = support::capture_logs(async {
+    let logs = capture_logs(async {
         let builder = Locker::builder().url(server.url()).require_noeviction();
         connected = Some(builder.connect().await);
     })
@@ -131,11 +126,5 @@ async fn a_server_that_refuses_config_still_works() {
             .any(|l| l.starts_with("DEBUG") && l.contains("cannot read maxmemory-policy")),
         "{logs:?}"
     );
-    locker
-        .acquire("job", &LockOptions::new(ms(5_000)))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    cycle(&locker, "job", &LockOptions::new(ms(5_000))).await;
 }

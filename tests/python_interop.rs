@@ -6,18 +6,23 @@
 //! Python's) loses updates. Needs `python3` with redis-py (`cargo xtask test` installs it with
 //! pip when it is missing).
 
+pub mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use lock_runtime::{KeyFormat, LockError, Locker, distributed_lock};
 use lock_testing::RedisServer;
+use support::{connect_with, query, raw_connection};
 use tokio::time::timeout;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/article_lock.py");
 const PYTHON_WORKERS: usize = 2;
 const RUST_WORKERS: usize = 2;
 const INCREMENTS: usize = 40;
+/// The sections of a run, on both sides: the increments a run makes when none is lost.
+const SECTIONS: u64 = ((PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS) as u64;
 /// The read-sleep-write window: wide enough that two sections running at once (the unsafe
 /// control) almost always lose an update, short enough to keep the test at a few seconds.
 const SLEEP_MS: u64 = 5;
@@ -34,25 +39,14 @@ async fn increment(
     locker: &Locker,
     conn: &redis::aio::MultiplexedConnection,
 ) -> Result<(), LockError> {
-    let mut conn = conn.clone();
-    let value: Option<u64> = redis::cmd("GET")
-        .arg(COUNTER)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let value: Option<u64> = query(conn, redis::cmd("GET").arg(COUNTER)).await;
     tokio::time::sleep(Duration::from_millis(SLEEP_MS)).await;
-    let _: () = redis::cmd("SET")
-        .arg(COUNTER)
-        .arg(value.unwrap_or(0) + 1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: i64 = redis::cmd("RPUSH")
-        .arg(LOG)
-        .arg("rs")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    let () = query(
+        conn,
+        redis::cmd("SET").arg(COUNTER).arg(value.unwrap_or(0) + 1),
+    )
+    .await;
+    let _: i64 = query(conn, redis::cmd("RPUSH").arg(LOG).arg("rs")).await;
     Ok(())
 }
 
@@ -142,21 +136,13 @@ impl Outcome {
 }
 
 /// Runs the Python and Rust workers side by side, all started at once once every Python worker
-/// is connected.
+/// is connected (failing first, saying what to do, when python3 or redis-py is missing).
 async fn run_side_by_side(format: KeyFormat) -> Outcome {
+    python_ready();
     let server = RedisServer::start();
     let url = server.url();
-    let locker = Locker::builder()
-        .url(&url)
-        .key_format(format)
-        .connect()
-        .await
-        .unwrap();
-    let conn = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let locker = connect_with(&url, |b| b.key_format(format)).await;
+    let conn = raw_connection(&url).await;
     let mut pythons: Vec<PythonWorker> = (0..PYTHON_WORKERS)
         .map(|_| PythonWorker::spawn(&url))
         .collect();
@@ -196,21 +182,13 @@ async fn run_side_by_side(format: KeyFormat) -> Outcome {
         let status = p.child.wait().unwrap();
         assert!(status.success(), "python worker: {status}");
     }
-    let mut conn = conn.clone();
-    let counter: Option<u64> = redis::cmd("GET")
-        .arg(COUNTER)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let log: Vec<String> = redis::cmd("LRANGE")
-        .arg(LOG)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let total = (PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS;
-    assert_eq!(log.len(), total, "every section ran and logged itself");
+    let counter: Option<u64> = query(&conn, redis::cmd("GET").arg(COUNTER)).await;
+    let log: Vec<String> = query(&conn, redis::cmd("LRANGE").arg(LOG).arg(0).arg(-1)).await;
+    assert_eq!(
+        log.len() as u64,
+        SECTIONS,
+        "every section ran and logged itself"
+    );
     Outcome {
         counter: counter.unwrap_or(0),
         log,
@@ -219,15 +197,13 @@ async fn run_side_by_side(format: KeyFormat) -> Outcome {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_rust_workers_share_plain_lock_names_without_lost_updates() {
-    python_ready();
-    let total = ((PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS) as u64;
     let outcome = run_side_by_side(KeyFormat::Plain).await;
     println!(
-        "plain keys: {} of {total} increments, {} hand-overs between the sides",
+        "plain keys: {} of {SECTIONS} increments, {} hand-overs between the sides",
         outcome.counter,
         outcome.switches()
     );
-    assert_eq!(outcome.counter, total, "0 lost updates");
+    assert_eq!(outcome.counter, SECTIONS, "0 lost updates");
     // The lock went from Python to Rust and from Rust to Python while both sides still had
     // sections to run: each side waited on the other's key, so the 0 above is exclusion both
     // ways, not luck of timing.
@@ -241,18 +217,10 @@ async fn python_and_rust_workers_share_plain_lock_names_without_lost_updates() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsafe_control_hash_tagged_keys_do_not_exclude_python_and_lose_updates() {
-    python_ready();
-    let total = ((PYTHON_WORKERS + RUST_WORKERS) * INCREMENTS) as u64;
     let outcome = run_side_by_side(KeyFormat::HashTagged).await;
-    println!(
-        "unsafe control: {} of {total} increments survived",
-        outcome.counter
-    );
-    assert!(
-        outcome.counter < total,
-        "no update was lost: {} of {total}",
-        outcome.counter
-    );
+    let kept = outcome.counter;
+    println!("unsafe control: {kept} of {SECTIONS} increments survived");
+    assert!(kept < SECTIONS, "no update was lost: {kept} of {SECTIONS}");
 }
 
 /// A plain key held by a client that releases without publishing (a bare `DEL`): a waiter finds
@@ -268,22 +236,17 @@ async fn a_waiter_on_a_plain_key_notices_an_unannounced_release() {
         .await
         .unwrap();
     assert_eq!(locker.key_of("report"), "lock:report");
+    let held = redis::cmd("SET")
+        .arg("lock:report")
+        .arg("python-holder")
+        .arg("NX")
+        .arg("EX")
+        .arg(10)
+        .clone();
     let mut raws = Vec::new();
     for server in &servers {
-        let mut raw = redis::Client::open(server.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
-        let _: () = redis::cmd("SET")
-            .arg("lock:report")
-            .arg("python-holder")
-            .arg("NX")
-            .arg("EX")
-            .arg(10)
-            .query_async(&mut raw)
-            .await
-            .unwrap();
+        let raw = raw_connection(&server.url()).await;
+        let () = query(&raw, &held).await;
         raws.push(raw);
     }
     let waiter = {
@@ -299,12 +262,8 @@ async fn a_waiter_on_a_plain_key_notices_an_unannounced_release() {
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let deleted = tokio::time::Instant::now();
-    for raw in &mut raws {
-        let _: i64 = redis::cmd("DEL")
-            .arg("lock:report")
-            .query_async(raw)
-            .await
-            .unwrap();
+    for raw in &raws {
+        let _: i64 = query(raw, redis::cmd("DEL").arg("lock:report")).await;
     }
     let got = waiter.await.unwrap();
     let after = got.duration_since(deleted);
@@ -356,12 +315,7 @@ print('RELEASED', flush=True)
     python.stdout = python.child.stdout.take().map(BufReader::new);
     assert_eq!(python.line("HELD").await, "HELD");
 
-    let locker = Locker::builder()
-        .url(server.url())
-        .key_format(KeyFormat::Plain)
-        .connect()
-        .await
-        .unwrap();
+    let locker = connect_with(&server.url(), |b| b.key_format(KeyFormat::Plain)).await;
     let opts = lock_runtime::LockOptions::new(Duration::from_secs(10));
     let holder = locker.acquire("job", &opts).await.unwrap();
     let waiters: Vec<_> = (0..3)

@@ -3,35 +3,20 @@
 
 pub mod support;
 
-use lock_runtime::{LockOptions, Locker};
+use lock_runtime::LockOptions;
 use lock_testing::{FaultProxy, RedisServer};
-use support::ms;
+use support::{acquire_all, connect_with, ms};
 use tokio::time::{Instant, sleep};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_leases_survive_a_slow_changing_link() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.addr()).await;
-    let locker = Locker::builder()
-        .url(proxy.url())
-        .response_timeout(ms(3_000))
-        .connect()
-        .await
-        .unwrap();
+    let locker = connect_with(&proxy.url(), |b| b.response_timeout(ms(3_000))).await;
     // ttl 6 s, renewed every 2 s: a renewal answered within 1.2 s (600 ms each way) leaves
     // more than 2.5 s of margin.
-    let o = LockOptions::new(ms(6_000));
-    let mut tasks = Vec::new();
-    for i in 0..4_000 {
-        let locker = locker.clone();
-        tasks.push(tokio::spawn(async move {
-            locker.acquire(&format!("slow-{i}"), &o).await.unwrap()
-        }));
-    }
-    let mut leases = Vec::new();
-    for t in tasks {
-        leases.push(t.await.unwrap());
-    }
+    let names = (0..4_000).map(|i| format!("slow-{i}"));
+    let leases = acquire_all(&locker, names, LockOptions::new(ms(6_000))).await;
     let first_deadlines: Vec<Instant> = leases.iter().map(|l| l.deadline()).collect();
     // The fault: the delay changes every 400 ms, between 100 and 600 ms each way.
     let until = Instant::now() + ms(9_000);
