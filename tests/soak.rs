@@ -21,7 +21,7 @@ use lock_runtime::{Lease, LockError, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
 use support::fenced::FencedStore;
 use support::history::{Hold, Mode};
-use support::{Rng, eventually, ms};
+use support::{Rng, eventually, ms, query, raw_connection};
 use tokio::time::{Instant, timeout};
 
 /// Outcomes of the operations, by kind.
@@ -472,8 +472,8 @@ async fn soak_random_faults_no_violations_no_leaks() {
                 }
                 8 => {
                     faults.push("snapshot saved".to_owned());
-                    let mut raw = support::raw_connection(&server.url()).await;
-                    let () = redis::cmd("SAVE").query_async(&mut raw).await.unwrap();
+                    let raw = raw_connection(&server.url()).await;
+                    let () = query(&raw, &redis::cmd("SAVE")).await;
                     saved = true;
                 }
                 _ => {
@@ -484,12 +484,8 @@ async fn soak_random_faults_no_violations_no_leaks() {
                         server.restart();
                     });
                     // The restart loaded the older snapshot: the counter came back behind.
-                    let mut raw = support::raw_connection(&server.url()).await;
-                    let counter: Option<u64> = redis::cmd("GET")
-                        .arg(&fence_key)
-                        .query_async(&mut raw)
-                        .await
-                        .unwrap();
+                    let raw = raw_connection(&server.url()).await;
+                    let counter: Option<u64> = query(&raw, redis::cmd("GET").arg(&fence_key)).await;
                     faults.push(format!(
                         "redis killed and restarted from the snapshot (fence counter {counter:?}, \
                          {handed_out:?} handed out before)"

@@ -25,15 +25,16 @@
 //! locked body, so the hold's interval `[enter seq, write seq]` lies inside the time the client
 //! believed it held the lock: if two intervals intersect, two bodies really ran at once.
 //!
-//! In the fenced mode (`history::Mode::Fenced`) the store accepts a write only if its fence is above every fence it has
-//! seen from another hold: not below any fence seen so far (reads included, so a holder that read
-//! under a newer fence wins over a stale one that read earlier), and above every fence already
-//! written. In the unfenced mode it accepts every write (the unsafe control) but records the same
-//! facts, so the checker can show what fencing would have refused.
+//! In the fenced mode (`history::Mode::Fenced`) the store accepts a write only if its fence is
+//! above every fence it has seen from another hold: not below any fence seen so far (reads
+//! included, so a holder that read under a newer fence wins over a stale one that read earlier),
+//! and above every fence already written. In the unfenced mode it accepts every write (the unsafe
+//! control) but records the same facts, so the checker can show what fencing would have refused.
 //!
-//! The checker (`history::check`) of a history reports overlapping holds, lost updates (an accepted write whose
-//! basis is not the current value: it overwrote an update it never saw), stale writes accepted (an
-//! accepted write whose fence is below one already seen), and whether fences increase.
+//! The checker of a history (`history::check`) reports overlapping holds, lost updates (an
+//! accepted write whose basis is not the current value: it overwrote an update it never saw),
+//! stale writes accepted (an accepted write whose fence is below one already seen), and whether
+//! fences increase.
 
 use redis::aio::MultiplexedConnection;
 use redis::{RedisResult, Script, ScriptInvocation};

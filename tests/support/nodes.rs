@@ -62,10 +62,7 @@ impl Nodes {
     /// How many EVALSHA calls node `i` ran since its stats were last reset.
     pub async fn evalsha_calls(&self, i: usize) -> u64 {
         let info: String = self.query(i, redis::cmd("INFO").arg("commandstats")).await;
-        info.lines()
-            .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().unwrap())
+        super::calls_in(&info, "evalsha")
     }
 
     pub async fn reset_stats(&self, i: usize) {
