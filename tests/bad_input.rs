@@ -1,4 +1,4 @@
-//! Bad input: a lock key of another type is an error and left untouched, invalid options are
+//! Bad input: a lock key of another type is `NotALock` and left untouched, invalid options are
 //! config errors naming the rule, and lock errors convert into I/O errors.
 
 pub mod support;
@@ -18,8 +18,11 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
         .acquire("wrongtype", &opts(1_000).with_wait(ms(200)))
         .await
         .unwrap_err();
-    assert!(matches!(err, LockError::Config { .. }), "{err}");
-    assert_mentions(&err, &["wrongtype", "list"]);
+    let LockError::NotALock { key: named, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(named, &key, "{err}");
+    assert_mentions(&err, &["wrongtype", "list", "another lock name or key prefix"]);
     let len: i64 = query(&env.raw, redis::cmd("LLEN").arg(&key)).await;
     assert_eq!(len, 2, "the list was touched");
     // A fence counter of another type: the lock key is not left behind either.
@@ -34,7 +37,10 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
         .acquire("badfence", &opts(1_000))
         .await
         .unwrap_err();
-    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    let LockError::NotALock { key: named, .. } = &err else {
+        panic!("{err}");
+    };
+    assert_eq!(named, &fence_key, "{err}");
     assert!(!env.exists(&env.key("badfence")).await);
     assert_eq!(env.get(&fence_key).await.as_deref(), Some("not a number"));
 }
@@ -42,7 +48,7 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
 #[tokio::test]
 async fn invalid_options_are_config_errors_naming_the_rule() {
     let env = Env::start().await;
-    let cases: [(LockOptions, &str); 5] = [
+    let cases: [(LockOptions, &str); 8] = [
         (opts(0), "ttl"),
         (
             LockOptions::new(Duration::from_micros(1500)),
@@ -51,6 +57,15 @@ async fn invalid_options_are_config_errors_naming_the_rule() {
         (opts(1_000).with_max_exec(ms(995)), "max_exec"),
         (opts(1_000).with_renew(ms(600)), "renew"),
         (opts(1_000).with_min_hold(ms(2_000)), "min_hold"),
+        (opts(1_000).with_lease(ms(2_000)), "lease = 2s must be at most ttl"),
+        (
+            opts(60_000).with_lease(ms(300)).with_renew(ms(200)),
+            "renew = 200ms is too long for lease = 300ms",
+        ),
+        (
+            opts(60_000).with_lease(Duration::from_micros(300_500)),
+            "lease = 300.5ms must be a whole number of milliseconds",
+        ),
     ];
     for (o, rule) in cases {
         let err = env.locker.acquire("opts", &o).await.unwrap_err();
