@@ -229,6 +229,38 @@ fn calls_succeed_after_the_runtime_that_made_the_connections_shuts_down() {
     });
 }
 
+/// A Redlock lease taken in runtime `a` is released from runtime `b` once `a` shut down: every
+/// node's connection is found gone, and the release is sent again on each node, as it is on one
+/// server, instead of counting the nodes as failed (which made the release fail with
+/// `QuorumUnavailable` while the keys stayed until their ttl).
+#[test]
+fn a_redlock_release_is_sent_again_on_every_node_after_the_runtime_that_connected_shut_down() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (a, b) = (multi_thread(), multi_thread());
+    let once = opts(10_000);
+    let (locker, lease) = a.block_on(async {
+        let locker = Locker::builder().urls(urls.clone()).build().unwrap();
+        // The release script is loaded on every node from here on.
+        let warm = locker.acquire("runtimes:redlock", &once).await.unwrap();
+        warm.release().await.unwrap();
+        let lease = locker.acquire("runtimes:redlock", &once).await.unwrap();
+        (locker, lease)
+    });
+    drop(a);
+    b.block_on(async {
+        lease
+            .release()
+            .await
+            .expect("released on every node over new connections");
+        let key = locker.key_of("runtimes:redlock");
+        for url in &urls {
+            let raw = support::raw_connection(url).await;
+            assert!(!support::exists(&raw, &key).await, "{key} left on {url}");
+        }
+    });
+}
+
 /// Hand-overs per runtime in the connections test.
 const HAND_OVERS: u64 = 5;
 
