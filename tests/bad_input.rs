@@ -22,7 +22,10 @@ async fn a_key_of_another_type_is_an_error_and_left_untouched() {
         panic!("{err}");
     };
     assert_eq!(named, &key, "{err}");
-    assert_mentions(&err, &["wrongtype", "list", "another lock name or key prefix"]);
+    assert_mentions(
+        &err,
+        &["wrongtype", "list", "another lock name or key prefix"],
+    );
     let len: i64 = query(&env.raw, redis::cmd("LLEN").arg(&key)).await;
     assert_eq!(len, 2, "the list was touched");
     // A fence counter of another type: the lock key is not left behind either.
@@ -57,7 +60,10 @@ async fn invalid_options_are_config_errors_naming_the_rule() {
         (opts(1_000).with_max_exec(ms(995)), "max_exec"),
         (opts(1_000).with_renew(ms(600)), "renew"),
         (opts(1_000).with_min_hold(ms(2_000)), "min_hold"),
-        (opts(1_000).with_lease(ms(2_000)), "lease = 2s must be at most ttl"),
+        (
+            opts(1_000).with_lease(ms(2_000)),
+            "lease = 2s must be at most ttl",
+        ),
         (
             opts(60_000).with_lease(ms(300)).with_renew(ms(200)),
             "renew = 200ms is too long for lease = 300ms",

@@ -173,7 +173,10 @@ async fn a_fence_counter_at_its_limit_is_an_error_not_a_smaller_fence() {
         for counter in [MAX.to_string(), u64::MAX.to_string(), "1e300".to_owned()] {
             raw_set(&raw, &format!("{key}:fence"), &counter).await;
             let err = locker.acquire("job", opts).await.unwrap_err();
-            assert!(matches!(err, LockError::NotALock { .. }), "{counter}: {err}");
+            assert!(
+                matches!(err, LockError::NotALock { .. }),
+                "{counter}: {err}"
+            );
             let text = err.to_string();
             assert!(text.contains("largest fence"), "{counter}: {text}");
             assert_eq!(raw_get(&raw, &key).await, None, "{counter}");
