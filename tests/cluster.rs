@@ -217,6 +217,53 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
     .await;
 }
 
+/// `permits = 2` on a cluster: two holders at once in the lock's slot, renewed past their lease
+/// by the cluster's grouped renewal, a third woken by a sharded release, fences growing across
+/// the holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_permits_hold_renew_and_hand_over() {
+    let _one = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let (a, b) = (
+        cluster_locker(&cluster).await,
+        cluster_locker(&cluster).await,
+    );
+    let o = LockOptions::new(ms(20_000))
+        .with_lease(ms(600))
+        .with_permits(2);
+    let first = a.acquire("partner", &o).await.unwrap();
+    let second = b.acquire("partner", &o).await.unwrap();
+    assert!(second.fence() > first.fence());
+    let busy = a.acquire("partner", &o).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    // Held past three leases: renewed.
+    tokio::time::sleep(ms(1_800)).await;
+    assert!(first.is_held() && second.is_held());
+    let busy = a.acquire("partner", &o).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    // With the permits' keys set for 20 s, only the release message explains a quick hand-over.
+    let long = LockOptions::new(ms(20_000)).with_permits(2);
+    let first = a.acquire("partner-long", &long).await.unwrap();
+    let second = a.acquire("partner-long", &long).await.unwrap();
+    let waiter = {
+        let o = long.with_wait(ms(10_000));
+        tokio::spawn(async move {
+            let lease = b.acquire("partner-long", &o).await.unwrap();
+            (Instant::now(), lease)
+        })
+    };
+    tokio::time::sleep(ms(200)).await;
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (got, third) = waiter.await.unwrap();
+    assert!(got.duration_since(released) < ms(2_000), "woken by the release");
+    assert!(third.fence() > second.fence());
+    third.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
 /// 10,000 leases spread over the slots are renewed for 3 ttl periods and none is lost; renewal
 /// costs a few script calls per primary per round (one pipeline each), not one per lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

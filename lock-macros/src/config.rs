@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub renew_ms: Option<u64>,
     pub wait_ms: Option<u64>,
     pub min_hold_ms: Option<u64>,
+    pub permits: Option<u64>,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Path,
@@ -82,6 +83,16 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
     if let Some(guard) = &raw.guard {
         errors.push_result(check_guard(guard, params));
     }
+    let permits = raw.permits.as_ref().and_then(|lit| {
+        let n = lit.base10_parse::<u64>().unwrap_or(0);
+        match lock_rules::check_permits(n) {
+            Some(message) => {
+                errors.push(syn::Error::new(lit.span(), message));
+                None
+            }
+            None => Some(n),
+        }
+    });
     let (key_format, key_args) = key?;
     let template = raw.name.clone()?;
     Some(Config {
@@ -94,6 +105,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         renew_ms: renew,
         wait_ms,
         min_hold_ms: min_hold,
+        permits,
         locker: raw.locker,
         guard: raw.guard,
         krate: raw

@@ -270,6 +270,10 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
             chain = quote!(#chain.#setter(#value));
         }
     }
+    if let Some(permits) = config.permits {
+        let permits = Literal::u32_unsuffixed(permits as u32);
+        chain = quote!(#chain.with_permits(#permits));
+    }
     let template = &config.template;
     chain = quote!(#chain.with_template(#template));
     // Without a guard the body cannot see its lease, so nobody could read a fence.

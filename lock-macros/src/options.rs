@@ -15,6 +15,7 @@ pub(crate) enum OptionKey {
     Renew,
     Wait,
     MinHold,
+    Permits,
     Locker,
     Guard,
     Crate,
@@ -22,7 +23,7 @@ pub(crate) enum OptionKey {
 
 impl OptionKey {
     /// Every option, in the order the docs list them.
-    pub(crate) const ALL: [Self; 10] = [
+    pub(crate) const ALL: [Self; 11] = [
         Self::Name,
         Self::Ttl,
         Self::Lease,
@@ -30,6 +31,7 @@ impl OptionKey {
         Self::Renew,
         Self::Wait,
         Self::MinHold,
+        Self::Permits,
         Self::Locker,
         Self::Guard,
         Self::Crate,
@@ -45,6 +47,7 @@ impl OptionKey {
             Self::Renew => "renew",
             Self::Wait => "wait",
             Self::MinHold => "min_hold",
+            Self::Permits => "permits",
             Self::Locker => "locker",
             Self::Guard => "guard",
             Self::Crate => "crate",
@@ -61,6 +64,7 @@ impl OptionKey {
             Self::Renew => "how often the lease is renewed",
             Self::Wait => "how long to wait for a busy lock",
             Self::MinHold => "how long the key is kept at least",
+            Self::Permits => "how many may hold it at once",
             Self::Locker => "the `Locker` to use",
             Self::Guard => "a name for the `&Lease` in the body",
             Self::Crate => "the path to lock_runtime",
@@ -92,6 +96,7 @@ impl OptionKey {
             "renewal" | "refresh" | "extend" | "heartbeat" | "watchdog" => &[Self::Renew],
             "lockatleastfor" | "hold" | "minhold" => &[Self::MinHold],
             "client" | "connection" | "redis" => &[Self::Locker],
+            "semaphore" | "maxconcurrent" | "concurrency" | "limit" | "slots" => &[Self::Permits],
             _ => &[],
         }
     }
@@ -196,7 +201,7 @@ mod tests {
         assert_eq!(
             unknown("color"),
             "unknown option `color`; the options are name, ttl, lease, max_exec, renew, wait, \
-             min_hold, locker, guard, crate"
+             min_hold, permits, locker, guard, crate"
         );
     }
 }

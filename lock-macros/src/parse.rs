@@ -9,7 +9,7 @@ use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream, Parser};
 use syn::punctuated::Punctuated;
-use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitInt, LitStr, Path, Token};
 
 use crate::errors::Errors;
 use crate::options::OptionKey;
@@ -29,6 +29,7 @@ pub(crate) struct RawArgs {
     pub renew: Option<LitStr>,
     pub wait: Option<LitStr>,
     pub min_hold: Option<LitStr>,
+    pub permits: Option<LitInt>,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Option<Path>,
@@ -111,6 +112,7 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
             OptionKey::Renew => set(&mut raw.renew, duration(value)),
             OptionKey::Wait => set(&mut raw.wait, duration(value)),
             OptionKey::MinHold => set(&mut raw.min_hold, duration(value)),
+            OptionKey::Permits => set(&mut raw.permits, count(value)),
             OptionKey::Locker => set(&mut raw.locker, Ok(value)),
             OptionKey::Guard => set(&mut raw.guard, guard(value)),
             OptionKey::Crate => set(&mut raw.krate, crate_path(value)),
@@ -154,6 +156,18 @@ fn duration(value: Expr) -> syn::Result<LitStr> {
         value,
         "a string like \"30s\" (durations are written \"250ms\", \"30s\", \"1m 30s\")",
     )
+}
+
+fn count(value: Expr) -> syn::Result<LitInt> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(n), ..
+        }) if n.suffix().is_empty() => Ok(n),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected a whole number, like `permits = 5`",
+        )),
+    }
 }
 
 fn guard(value: Expr) -> syn::Result<Ident> {

@@ -34,6 +34,19 @@ pub const fn default_renew_ms(lease_ms: u64) -> u64 {
     lease_ms / 3
 }
 
+/// The most holders a lock with `permits = N` may have at once: an acquire looks at each permit.
+pub const MAX_PERMITS: u64 = 1_000;
+
+/// What is wrong with `permits = N`, if anything: `1 <= N <= 1000` (1 is a lock).
+pub fn check_permits(permits: u64) -> Option<String> {
+    (permits == 0 || permits > MAX_PERMITS).then(|| {
+        format!(
+            "permits = {permits} is out of range: it is how many holders may hold the lock at \
+             once, from 1 (a lock) to {MAX_PERMITS}"
+        )
+    })
+}
+
 /// An option that a rule can blame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DurationKey {
@@ -453,6 +466,19 @@ mod tests {
             min_hold: Some(1_001),
         }) {
             assert!(broken.message.starts_with(broken.key.name()), "{broken:?}");
+        }
+    }
+
+    #[test]
+    fn permits_are_from_one_to_the_most() {
+        assert!(check_permits(1).is_none());
+        assert!(check_permits(MAX_PERMITS).is_none());
+        for bad in [0, MAX_PERMITS + 1, u64::MAX] {
+            let message = check_permits(bad).unwrap();
+            assert!(
+                message.starts_with(&format!("permits = {bad} ")),
+                "{message}"
+            );
         }
     }
 

@@ -115,6 +115,8 @@ struct InFlight<'a> {
     deployment: &'a Arc<Deployment>,
     keys: &'a Keys,
     token: &'a str,
+    /// The lock's permits: with more than one, the token may hold any of them.
+    permits: u32,
     armed: bool,
 }
 
@@ -128,7 +130,7 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
-            self.deployment.forget(self.keys, self.token);
+            self.deployment.forget(self.keys, self.token, self.permits);
         }
     }
 }
@@ -180,7 +182,8 @@ impl Acquirer {
     fn begin<'a>(&self, key: String, name: String, opts: &'a LockOptions) -> Wait<'a> {
         let keys = self.deployment.keys(key);
         let place = match self.deployment.queue_node() {
-            Some(node) if !opts.wait().is_zero() => {
+            // A lock with permits has no queue yet: its waiters retry at each release.
+            Some(node) if !opts.wait().is_zero() && opts.permits() == 1 => {
                 Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
             }
             _ => None,
@@ -392,7 +395,7 @@ impl Acquirer {
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
         if Instant::now() >= *sent + grace.saturating_sub(crate::drift_for(grace)) {
-            self.deployment.forget(keys, token);
+            self.deployment.forget(keys, token, 1);
             return None;
         }
         let granted = Taken {
@@ -427,41 +430,35 @@ impl Acquirer {
             waiter,
             evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
             fenced: opts.fenced(),
+            permits: opts.permits(),
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {
             deployment: &self.deployment,
             keys,
             token: &token,
+            permits: opts.permits(),
             armed: true,
         };
         // A failed attempt has cleaned up after itself by the time it returns.
-        let (fence, record_fence, granted, late) =
+        let (fence, record_fence, granted, late, permit) =
             match self.deployment.acquire(lock_name, keys, &ask).await {
                 Ok(Acquired::Granted {
                     fence,
                     record_fence,
                     nodes,
                     late,
-                }) => (fence, record_fence, nodes, late),
-                Ok(Acquired::Busy { pttl, nodes }) => {
+                    permit,
+                }) => (fence, record_fence, nodes, late, permit),
+                other => {
                     in_flight.settle();
-                    return Ok(Attempt::Busy { retry: pttl, nodes });
-                }
-                Ok(Acquired::NotOurTurn { head, state }) => {
-                    in_flight.settle();
-                    let retry = self.stale_heads.seen(&keys.key, head, state);
-                    return Ok(Attempt::Busy {
-                        retry: Some(retry),
-                        nodes: vec![0],
-                    });
-                }
-                Err(e) => {
-                    in_flight.settle();
-                    return Err(e);
+                    return self.not_granted(keys, other);
                 }
             };
         self.stale_heads.forget(&keys.key);
+        // What is held: the lock's key, or one of its permits' keys.
+        let permit = permit.map(|index| keys.permit(index));
+        let keys = permit.as_ref().unwrap_or(keys);
         if Instant::now() >= sent + validity {
             let limit = self.deployment.response_timeout().min(validity);
             Box::pin(
@@ -482,6 +479,26 @@ impl Acquirer {
             set_for: ttl,
         };
         Ok(Attempt::Taken(self.hand_out(name, keys, taken, opts, late)))
+    }
+
+    /// What an attempt that was not granted comes to: busy (retry after the key's ttl, or after
+    /// the queue head's grace when it is not our turn), or its error.
+    fn not_granted(
+        &self,
+        keys: &Keys,
+        outcome: Result<Acquired, LockError>,
+    ) -> Result<Attempt, LockError> {
+        match outcome? {
+            Acquired::Busy { pttl, nodes } => Ok(Attempt::Busy { retry: pttl, nodes }),
+            Acquired::NotOurTurn { head, state } => {
+                let retry = self.stale_heads.seen(&keys.key, head, state);
+                Ok(Attempt::Busy {
+                    retry: Some(retry),
+                    nodes: vec![0],
+                })
+            }
+            Acquired::Granted { .. } => unreachable!("the attempt hands out what was granted"),
+        }
     }
 
     /// The lease of a key taken as `taken` says, renewed from now on: first one renew period
@@ -508,6 +525,7 @@ impl Acquirer {
         let state = Arc::new(LeaseState::new(Granted {
             name: name.take().unwrap_or_default(),
             key: keys.key.clone(),
+            base: keys.base(),
             token: taken.token,
             fence: taken.fence,
             record_fence: taken.record_fence,

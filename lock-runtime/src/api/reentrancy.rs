@@ -72,7 +72,7 @@ impl Found {
 pub(crate) fn find(locker: usize, key: &str) -> Option<Found> {
     HELD.try_with(|held| {
         held.iter()
-            .find(|h| h.locker == locker && h.lease.key == key)
+            .find(|h| h.locker == locker && h.lease.lock_key() == key)
             .map(|h| Found(h.clone()))
     })
     .ok()

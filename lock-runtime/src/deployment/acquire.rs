@@ -27,6 +27,10 @@ impl Deployment {
         keys: &Keys,
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
+        if ask.permits > 1 {
+            let node = self.permit_server(name, ask.permits)?;
+            return Box::pin(self.acquire_permit(node, name, keys, ask)).await;
+        }
         let limit = self.per_node_limit(ask.validity);
         // One server, nobody queued on our behalf: plain commands, no script. Not on a Redis
         // Cluster: there a pipeline that meets a slot in migration is sent again whole to the
@@ -48,6 +52,7 @@ impl Deployment {
                         record_fence: ask.fenced,
                         nodes: vec![0],
                         late: Fanout::none(),
+                        permit: None,
                     });
                 }
                 Ok(FastReply::Busy) => {
@@ -111,6 +116,7 @@ impl Deployment {
                     record_fence: false,
                     nodes: granted,
                     late: fanout,
+                    permit: None,
                 });
             }
             r.failures.extend(raise_failures.into_iter().map(|(i, e)| {
@@ -264,7 +270,10 @@ impl Deployment {
     /// Compare-and-delete of `token` on every server at once, without waiting for a reply (an
     /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
     /// the server after it.
-    pub(crate) fn forget(&self, keys: &Keys, token: &str) {
+    pub(crate) fn forget(&self, keys: &Keys, token: &str, permits: u32) {
+        if permits > 1 {
+            return self.forget_permit(keys, token, permits);
+        }
         for node in &self.nodes {
             let how = self.cleanup(0);
             let (node, keys, token) = (Arc::clone(node), keys.clone(), token.to_owned());
@@ -276,7 +285,7 @@ impl Deployment {
     /// the lease; but if the lease already ended, its release may have reached that server
     /// before our SET did, so the key is released again there.
     pub(crate) async fn settle_late_grants(&self, lease: Arc<LeaseState>, mut late: Late) {
-        let keys = self.keys(lease.key.clone());
+        let keys = self.keys_of(&lease).owned();
         while let Some((i, reply)) = late.next_late().await {
             if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
                 release_quietly(

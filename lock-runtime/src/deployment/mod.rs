@@ -12,6 +12,7 @@ mod acquire;
 pub(crate) mod cluster;
 mod failure;
 mod majority;
+mod permits;
 pub(crate) mod redlock;
 mod release;
 mod renew;
@@ -31,6 +32,7 @@ use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
 use crate::server::pubsub::Subscription;
 use crate::server::{AcquireReply, Node, Release, Waiter};
+use crate::state::lease_state::LeaseState;
 use crate::transport::connect::Settings;
 use failure::Failure;
 use majority::Majority;
@@ -88,6 +90,8 @@ pub(crate) struct Ask<'a> {
     pub evict: Option<(&'a str, &'a str)>,
     /// The caller can read the fence (see `LockOptions::without_fence`).
     pub fenced: bool,
+    /// How many holders the lock may have at once (see `LockOptions::with_permits`).
+    pub permits: u32,
 }
 
 /// The decided outcome of one acquire attempt.
@@ -100,6 +104,8 @@ pub(crate) enum Acquired {
         record_fence: bool,
         nodes: Vec<usize>,
         late: Late,
+        /// The permit taken, for a lock with `permits = N`.
+        permit: Option<u32>,
     },
     /// Others hold it: the shortest remaining PTTL seen, and the servers that said busy (only
     /// their release messages can change the next attempt's outcome). What this attempt took on
@@ -138,6 +144,11 @@ impl Deployment {
     /// The Redis names of the lock whose key is `key`.
     pub(crate) fn keys(&self, key: String) -> Keys {
         Keys::new(key, self.key_format)
+    }
+
+    /// The Redis names of the key `lease` holds (a lock's, or one permit's).
+    pub(crate) fn keys_of<'a>(&self, lease: &'a LeaseState) -> Keys<&'a str> {
+        Keys::with_base(lease.key.as_str(), self.key_format, lease.base)
     }
 
     /// The locker's schedule of request bounds (its nodes share one).

@@ -23,7 +23,7 @@ impl Deployment {
         let Some(node) = self.alone().filter(|_| fence == 0) else {
             return Ok(fence);
         };
-        let keys = self.keys(lease.key.clone());
+        let keys = self.keys_of(lease).owned();
         let limit = node.response_timeout();
         match node
             .fence_held(&keys, &lease.token, self.fence_retention_ms, limit)
@@ -48,21 +48,22 @@ impl Deployment {
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
         let how = Release {
             keep_ms: lease.keep_ms(),
-            always_publish: self.traits.always_publish,
+            // A permit's waiters do not queue: every release tells them.
+            always_publish: self.traits.always_publish || lease.is_permit(),
             record_fence: if lease.record_fence { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
             look_at_queue: false,
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let Some(node) = self.alone() {
-            let keys = Keys::new(lease.key.as_str(), self.key_format);
+            let keys = self.keys_of(lease);
             return match release_on(node, &keys, &lease.token, &how).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(lease.lost_error(LostReason::GoneAtRelease)),
                 Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
             };
         }
-        let keys = self.keys(lease.key.clone());
+        let keys = self.keys_of(lease).owned();
         let (t, failures) = self.release_everywhere(&keys, &lease.token, how).await;
         match self.majority.verdict(t) {
             Verdict::Yes => Ok(()),

@@ -15,8 +15,12 @@ use crate::LockError;
 #[derive(Debug, Clone)]
 pub(crate) struct Keys<K = String> {
     pub(crate) key: K,
-    /// The derived names are `{<key>}<suffix>` (plain keys) rather than `<key><suffix>`.
+    /// The derived names are `{<base>}<suffix>` (plain keys) rather than `<base><suffix>`.
     braced: bool,
+    /// Where the lock's own key lies in `key`, which the names derive from: all of it for a
+    /// lock; for one permit of a lock with `permits = N`, whose key is derived itself (see
+    /// [`Keys::permit`]), the lock's key inside it.
+    base: (usize, usize),
 }
 
 /// A name derived from a lock key: the key (braced for a plain key) and a suffix.
@@ -58,15 +62,32 @@ impl redis::ToRedisArgs for Derived<'_> {
 
 impl<K: AsRef<str>> Keys<K> {
     pub(crate) fn new(key: K, format: KeyFormat) -> Self {
+        let base = (0, key.as_ref().len());
         Self {
             key,
             braced: format == KeyFormat::Plain,
+            base,
         }
+    }
+
+    /// The names of a lock's key whose names derive from the lock at `base` in it (see
+    /// [`Self::base`]).
+    pub(crate) fn with_base(key: K, format: KeyFormat, base: (usize, usize)) -> Self {
+        Self {
+            key,
+            braced: format == KeyFormat::Plain,
+            base,
+        }
+    }
+
+    /// Where the lock's own key lies in [`key`](Self::key): the whole key, except for a permit.
+    pub(crate) fn base(&self) -> (usize, usize) {
+        self.base
     }
 
     fn derived(&self, suffix: &'static str) -> Derived<'_> {
         Derived {
-            key: self.key.as_ref(),
+            key: &self.key.as_ref()[self.base.0..self.base.1],
             braced: self.braced,
             suffix,
         }
@@ -75,7 +96,28 @@ impl<K: AsRef<str>> Keys<K> {
     /// Whether the derived names are named after the key as Redis scripts name them by default
     /// (`<key>:fence`, `<key>:waiters`): then a script needs only the key.
     pub(crate) fn derived_by_suffix(&self) -> bool {
-        !self.braced
+        !self.braced && self.base == (0, self.key.as_ref().len())
+    }
+
+    /// Where the holders of a lock with `permits = N` agree on N (kept as the fence counter
+    /// is).
+    pub(crate) fn permit_count(&self) -> Derived<'_> {
+        self.derived(":permits")
+    }
+
+    /// The key of permit `index` of a lock with `permits = N`: a lock key of its own (held,
+    /// renewed and released as a lock's key is), whose derived names are the lock's.
+    pub(crate) fn permit(&self, index: u32) -> Keys<String> {
+        let named = self.derived(":permit:");
+        let key = format!("{named}{index}");
+        // The lock's key inside the permit's: after the brace of a plain key's derived name.
+        let start = usize::from(self.braced);
+        let base = (start, start + (self.base.1 - self.base.0));
+        Keys {
+            key,
+            braced: self.braced,
+            base,
+        }
     }
 
     /// The fence counter.
@@ -96,6 +138,17 @@ impl<K: AsRef<str>> Keys<K> {
     /// Each queued waiter's last attempt nonce and grace (a hash).
     pub(crate) fn queue_states(&self) -> Derived<'_> {
         self.derived(":waiters:state")
+    }
+}
+
+impl Keys<&str> {
+    /// The same names, owning their key.
+    pub(crate) fn owned(&self) -> Keys {
+        Keys {
+            key: self.key.to_owned(),
+            braced: self.braced,
+            base: self.base,
+        }
     }
 }
 
@@ -273,5 +326,27 @@ mod tests {
         let mut cmd = redis::cmd("GET");
         cmd.arg(keys.fence());
         assert_eq!(cmd.args_iter().count(), 2);
+    }
+
+    #[test]
+    fn a_permits_names_are_its_locks() {
+        for (format, key, permit) in [
+            (KeyFormat::HashTagged, "lock:{job}", "lock:{job}:permit:2"),
+            (KeyFormat::Plain, "lock:job", "{lock:job}:permit:2"),
+        ] {
+            let lock = Keys::new(key.to_owned(), format);
+            let one = lock.permit(2);
+            assert_eq!(one.key, permit);
+            assert_eq!(one.fence().to_string(), lock.fence().to_string());
+            assert_eq!(one.channel().to_string(), lock.channel().to_string());
+            assert_eq!(one.queue().to_string(), lock.queue().to_string());
+            assert!(!one.derived_by_suffix());
+            let again = Keys::with_base(one.key.clone(), format, one.base());
+            assert_eq!(again.fence().to_string(), lock.fence().to_string());
+            assert_ne!(lock.permit(1).key, one.key);
+            // One hash tag, so one Redis Cluster slot (a plain key's names share `{<key>}`).
+            let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_owned();
+            assert_eq!(tag(&one.key), tag(&lock.fence().to_string()), "{format:?}");
+        }
     }
 }

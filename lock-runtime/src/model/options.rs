@@ -19,6 +19,7 @@ use crate::LockError;
 pub struct LockOptions {
     ttl: Duration,
     lease: Option<Duration>,
+    permits: u32,
     max_exec: Option<Duration>,
     renew: Option<Duration>,
     wait: Duration,
@@ -56,6 +57,19 @@ fn millis_up(d: Duration) -> u64 {
     }
 }
 
+/// A `with_*` setter of [`LockOptions`]: a `const fn` that takes the options by value and
+/// sets one field (`with_x(x: T) = <new value of the field x>`).
+macro_rules! setter {
+    ($(#[$doc:meta])* $name:ident($field:ident: $ty:ty) = $value:expr;) => {
+        $(#[$doc])*
+        #[must_use]
+        pub const fn $name(mut self, $field: $ty) -> Self {
+            self.$field = $value;
+            self
+        }
+    };
+}
+
 impl LockOptions {
     /// Options with this `ttl` (the longest one hold may last, and the key's expiry unless
     /// [`with_lease`](Self::with_lease) sets a shorter one) and every other option at its
@@ -65,6 +79,7 @@ impl LockOptions {
         Self {
             ttl,
             lease: None,
+            permits: 1,
             max_exec: None,
             renew: None,
             wait: Duration::ZERO,
@@ -74,53 +89,55 @@ impl LockOptions {
         }
     }
 
-    /// The key's expiry, renewed every `renew` (default `lease/3`) while the body runs: a holder
-    /// that dies frees the lock within `lease`, while a live one may run up to `max_exec`
-    /// (bounded by `ttl`). A paused holder can rely on its lease for `lease - drift` after its
-    /// last confirmed renewal. At least 3 ms, at most `ttl`; without it, the key expires after
-    /// `ttl`.
-    #[must_use]
-    pub const fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
+    setter! {
+        /// The key's expiry, renewed every `renew` (default `lease/3`) while the body runs: a
+        /// holder that dies frees the lock within `lease`, while a live one may run up to
+        /// `max_exec` (bounded by `ttl`). A paused holder can rely on its lease for `lease - drift`
+        /// after its last confirmed renewal. At least 3 ms, at most `ttl`; without it, the key
+        /// expires after `ttl`.
+        with_lease(lease: Duration) = Some(lease);
     }
 
-    /// The body is cancelled when it has run this long.
-    #[must_use]
-    pub const fn with_max_exec(mut self, max_exec: Duration) -> Self {
-        self.max_exec = Some(max_exec);
-        self
+    setter! {
+        /// The body is cancelled when it has run this long.
+        with_max_exec(max_exec: Duration) = Some(max_exec);
     }
 
-    /// The watchdog re-sets the key's expiry this often.
-    #[must_use]
-    pub const fn with_renew(mut self, renew: Duration) -> Self {
-        self.renew = Some(renew);
-        self
+    setter! {
+        /// The watchdog re-sets the key's expiry this often.
+        with_renew(renew: Duration) = Some(renew);
     }
 
-    /// How long to wait for a busy lock; zero tries exactly once.
-    #[must_use]
-    pub const fn with_wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
-        self
+    setter! {
+        /// How long to wait for a busy lock; zero tries exactly once.
+        with_wait(wait: Duration) = wait;
     }
 
-    /// Keep the key at least this long after the start, even when the body ends earlier.
-    #[must_use]
-    pub const fn with_min_hold(mut self, min_hold: Duration) -> Self {
-        self.min_hold = min_hold;
-        self
+    setter! {
+        /// Keep the key at least this long after the start, even when the body ends earlier.
+        with_min_hold(min_hold: Duration) = min_hold;
     }
 
-    /// The name's template, such as `"report:{tenant}"`: the `lock` label of the metrics and
-    /// the `template` field of the tracing span, where rendered names (one per tenant, per
-    /// invoice..) would be too many distinct values. `#[distributed_lock]` sets it to its `name`;
-    /// without it, the lock's name is the label.
-    #[must_use]
-    pub const fn with_template(mut self, template: &'static str) -> Self {
-        self.template = Some(template);
-        self
+    setter! {
+        /// The name's template, such as `"report:{tenant}"`: the `lock` label of the metrics and
+        /// the `template` field of the tracing span, where rendered names (one per tenant, per
+        /// invoice..) would be too many distinct values. `#[distributed_lock]` sets it to its
+        /// `name`; without it, the lock's name is the label.
+        with_template(template: &'static str) = Some(template);
+    }
+
+    setter! {
+        /// Up to `permits` holders at once (a semaphore; 1, the default, is a lock). Each holder
+        /// has its own lease, renewal, fence and release, as a lock's holder has; fences grow
+        /// across the holders of the name. Everyone using the name must use the same number:
+        /// another one is a [`LockError::Config`] that names both. One logical server only (one
+        /// server, Redis Cluster, Sentinel); on Redlock's independent servers a `Config` error.
+        with_permits(permits: u32) = permits;
+    }
+
+    /// How many holders may hold the lock at once (1: a lock).
+    pub const fn permits(&self) -> u32 {
+        self.permits
     }
 
     /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an
@@ -201,6 +218,9 @@ impl LockOptions {
     }
 
     pub(crate) fn validate_for(&self, name: &str) -> Result<(), LockError> {
+        if let Some(message) = lock_rules::check_permits(u64::from(self.permits)) {
+            return Err(LockError::config(name, message));
+        }
         let broken = self
             .broken_rules()
             .map_err(|message| LockError::config(name, message))?;

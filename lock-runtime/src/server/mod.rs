@@ -25,6 +25,7 @@ use pubsub::{Notifications, Source, Subscription, Wake};
 use scripts::evalsha;
 
 mod acquire;
+mod permits;
 pub(crate) mod pubsub;
 mod reads;
 mod renew;
@@ -32,6 +33,7 @@ pub(crate) mod scripts;
 mod setup;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
+pub(crate) use permits::PermitReply;
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous

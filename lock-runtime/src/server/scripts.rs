@@ -65,11 +65,15 @@ end
 
 /// Lua, for the acquire scripts once the key is taken: the fence `max(counter + 1, floor)` from
 /// `last` (the counter's `GET`, checked to be a number or nil), written to the counter (KEYS[2],
-/// kept ARGV[4] ms, 0: forever) and returned as `{1, fence}`. ARGV[3] is the floor's quantum
-/// (see `ACQUIRE`).
+/// kept ARGV[4] ms, 0: forever) and returned as `{1, fence}` (with `$more`, as `{1, fence,
+/// $more}`). ARGV[3] is the floor's quantum (see `ACQUIRE`).
 macro_rules! take_fence {
     () => {
-        r"  last = tonumber(last) or 0
+        take_fence!("")
+    };
+    ($more:literal) => {
+        concat!(
+            r"  last = tonumber(last) or 0
   local t = redis.call('TIME')
   local s = tonumber(t[1])
   local now = s * 1000000 + tonumber(t[2])
@@ -81,8 +85,11 @@ macro_rules! take_fence {
   else
     redis.call('SET', KEYS[2], string.format('%d', fence))
   end
-  return {1, fence}
+  return {1, fence",
+            $more,
+            r"}
 "
+        )
     };
 }
 
@@ -390,6 +397,73 @@ if ARGV[6] == '1' then redis.call(publish, channel, token) end
 return 1
 ",
     ))
+});
+
+/// KEYS: 1 the count the name's holders agree on, 2 fence counter, then the keys of permits 0 to
+/// N - 1 (see `Keys::permit`). ARGV: 1 value (the token), 2 ttl ms, 3 fence quantum µs, 4 fence
+/// counter retention ms (0: forever), as `ACQUIRE`'s first four; 5 N.
+///
+/// A lock with `permits = N` is N lock keys: a holder takes the first free one with `SET NX PX`,
+/// and holds, renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter
+/// serves them all, so fences grow across the holders of the name. N is kept beside the counter,
+/// for as long: a caller that gives another N is refused, as its permits would not be the
+/// others'.
+///
+/// Returns `{1, fence, index}` when permit `index` was taken; `{0, pttl}` when every permit is
+/// held (the soonest expiry, -1 when none has one); `{-3, n}` when the holders agree on `n`;
+/// `{-1, type}` when the count holds another type; `{-2, why}` when the fence counter cannot give
+/// a fence (see `unusable_counter!`; the permit just taken is freed again).
+pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        r"
+local agreed = redis.pcall('GET', KEYS[1])
+if type(agreed) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+if agreed and agreed ~= ARGV[5] then return {-3, agreed} end
+local taken, soonest
+for i = 3, #KEYS do
+  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    taken = i
+    break
+  end
+  local pttl = redis.call('PTTL', KEYS[i])
+  if pttl >= 0 and (not soonest or pttl < soonest) then soonest = pttl end
+end
+if not taken then return {0, soonest or -1} end
+",
+        unusable_counter!(),
+        r"local last = redis.pcall('GET', KEYS[2])
+local why = unusable(last)
+if why then
+  redis.call('DEL', KEYS[taken])
+  return {-2, why}
+end
+if ARGV[4] ~= '0' then
+  redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[4])
+else
+  redis.call('SET', KEYS[1], ARGV[5])
+end
+local index = taken - 3
+",
+        take_fence!(", index"),
+    ))
+});
+
+/// KEYS: the keys of permits 0 to N - 1. ARGV: 1 the token of an attempt whose outcome is not
+/// known (its caller was dropped mid-request), 2 the lock's release channel, 3 `PUBLISH` or
+/// `SPUBLISH`. Deletes the permit that holds the token, if any, and then tells the waiters.
+pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+for _, key in ipairs(KEYS) do
+  if redis.pcall('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+    redis.call(ARGV[3], ARGV[2], ARGV[1])
+    return 1
+  end
+end
+return 0
+",
+    )
 });
 
 /// The renewal of many leases on one Redis Cluster primary, whatever their slots: no KEYS (keys of

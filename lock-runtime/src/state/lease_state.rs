@@ -13,6 +13,8 @@ use crate::{LockError, LostReason};
 pub(crate) struct LeaseState {
     pub name: String,
     pub key: String,
+    /// Where the lock's own key lies in `key` (see `Keys::base`): not all of it for a permit.
+    pub base: (usize, usize),
     pub token: String,
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
@@ -38,6 +40,7 @@ pub(crate) struct LeaseState {
 pub(crate) struct Granted {
     pub name: String,
     pub key: String,
+    pub base: (usize, usize),
     pub token: String,
     pub fence: u64,
     pub record_fence: bool,
@@ -53,6 +56,16 @@ pub(crate) struct Granted {
 }
 
 impl LeaseState {
+    /// Whether this is the hold of one permit of a lock with `permits = N`.
+    pub(crate) fn is_permit(&self) -> bool {
+        self.base != (0, self.key.len())
+    }
+
+    /// The lock's key: `key`, or for a permit the key of the lock it is a permit of.
+    pub(crate) fn lock_key(&self) -> &str {
+        &self.key[self.base.0..self.base.1]
+    }
+
     /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
         let drift = crate::drift_for(g.ttl);
@@ -63,6 +76,7 @@ impl LeaseState {
         Self {
             name: g.name,
             key: g.key,
+            base: g.base,
             token: g.token,
             fence: AtomicU64::new(g.fence),
             record_fence: g.record_fence,

@@ -11,6 +11,12 @@ async fn report() -> Result<u32, LockError> {
     Ok(1)
 }
 
+// At most 5 calls at once across the fleet.
+#[distributed_lock(name = "partner-api", ttl = "30s", permits = 5, wait = "10s")]
+async fn partner_call() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {
-    let _ = (nightly(), report());
+    let _ = (nightly(), report(), partner_call());
 }

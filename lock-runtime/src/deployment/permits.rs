@@ -1,0 +1,100 @@
+//! A lock with `permits = N`: one attempt, and freeing what a dropped attempt took. Only on one
+//! logical server: on Redlock's independent servers, each could grant a different permit.
+
+use std::sync::Arc;
+
+use super::failure::Failure;
+use super::{Acquired, Ask, Deployment};
+use crate::LockError;
+use crate::model::keys::Keys;
+use crate::plumbing::fanout::Fanout;
+use crate::server::{AcquireRequest, Node, PermitReply};
+
+impl Deployment {
+    /// The one server a lock with `permits` permits lives on: refused on Redlock's independent
+    /// servers, where each could grant a different permit.
+    pub(super) fn permit_server(&self, name: &str, permits: u32) -> Result<&Arc<Node>, LockError> {
+        self.alone().filter(|_| self.traits.fair_queue).ok_or_else(|| {
+            LockError::config(
+                name,
+                format!(
+                    "permits = {permits} needs one logical server (one server, Redis Cluster or \
+                     Sentinel): on Redlock's independent servers each could grant a different \
+                     permit, so more than N could hold; use permits = 1 there"
+                ),
+            )
+        })
+    }
+
+    /// One attempt on `node` for a lock with `ask.permits` permits (see
+    /// `Node::acquire_permit`), bounded as an attempt on one server is.
+    pub(super) async fn acquire_permit(
+        &self,
+        node: &Node,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+    ) -> Result<Acquired, LockError> {
+        let request = AcquireRequest {
+            token: ask.token,
+            ttl_ms: ask.ttl_ms,
+            waiter: None,
+            evict: None,
+            fence_quantum: self.traits.fence_quantum_us,
+            fence_retention_ms: self.fence_retention_ms,
+            limit: self.per_node_limit(ask.validity),
+            queue: false,
+        };
+        let reply = node.acquire_permit(keys, ask.permits, &request).await;
+        let failure = match reply {
+            Ok(PermitReply::Taken { fence, permit }) => {
+                return Ok(Acquired::Granted {
+                    fence,
+                    record_fence: false,
+                    nodes: vec![0],
+                    late: Fanout::none(),
+                    permit: Some(permit),
+                });
+            }
+            Ok(PermitReply::Busy { pttl }) => {
+                return Ok(Acquired::Busy {
+                    pttl,
+                    nodes: vec![0],
+                });
+            }
+            Ok(PermitReply::Disagree { agreed }) => {
+                return Err(LockError::config(
+                    name,
+                    format!(
+                        "permits = {} here, but the holders of this name use permits = {agreed}: \
+                         every user of one name must give the same number; change it, or use \
+                         another name",
+                        ask.permits
+                    ),
+                ));
+            }
+            Ok(PermitReply::Foreign { key, detail }) => Failure::Foreign { key, detail },
+            Ok(PermitReply::NotReplicated { acked }) => Failure::NotReplicated {
+                acked,
+                needed: node.replicas(),
+            },
+            Err(e) => {
+                // The request may have gone through.
+                self.forget_permit(keys, ask.token, ask.permits);
+                Failure::Redis(e)
+            }
+        };
+        Err(self.unavailable(name, 0, vec![(0, failure)]))
+    }
+
+    /// Frees, in the background, the permit that `token` may hold (an attempt whose outcome is
+    /// not known).
+    pub(super) fn forget_permit(&self, keys: &Keys, token: &str, permits: u32) {
+        let (node, keys, token) = (Arc::clone(&self.nodes[0]), keys.clone(), token.to_owned());
+        tokio::spawn(async move {
+            if let Err(e) = node.forget_permit(&keys, permits, &token).await {
+                tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "freeing a permit after a dropped attempt failed; it expires by its ttl");
+            }
+        });
+    }
+}

@@ -1,0 +1,280 @@
+//! `permits = N`: up to N holders at once, each with its own lease, renewal, fence and release.
+
+pub mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
+use lock_testing::{FaultProxy, RedisServer};
+use support::holder::{Holder, num_field};
+use support::{Env, assert_mentions, eventually, ms, query, raw_connection, timed};
+use tokio::time::Instant;
+
+/// How many bodies run at once, and the most seen.
+#[derive(Default)]
+struct Inside {
+    now: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Inside {
+    async fn stay(&self, for_ms: u64) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(ms(for_ms)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// 8 tasks share 3 permits: 3 run at once, never more; every holder gets its own fence, and the
+/// fences of the name grow across holders. The unsafe control: the same tasks without the lock
+/// run 8 at once (the count can see more than 3).
+#[tokio::test]
+async fn at_most_n_hold_at_once_and_each_holder_has_its_own_fence() {
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(5_000))
+        .with_permits(3)
+        .with_wait(ms(10_000));
+    let inside = Arc::new(Inside::default());
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (locker, inside) = (env.locker.clone(), Arc::clone(&inside));
+            tokio::spawn(async move {
+                let mut fences = Vec::new();
+                for _ in 0..5 {
+                    let fence = locker
+                        .run("partner-api", &o, async |lease| {
+                            inside.stay(20).await;
+                            lease.fence()
+                        })
+                        .await
+                        .expect("a permit within the wait");
+                    fences.push(fence);
+                }
+                fences
+            })
+        })
+        .collect();
+    let mut fences = Vec::new();
+    for task in tasks {
+        let own = task.await.unwrap();
+        support::assert_increasing(&own, "one task's fences");
+        fences.extend(own);
+    }
+    assert_eq!(
+        inside.most.load(Ordering::SeqCst),
+        3,
+        "the most inside at once"
+    );
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(fences.len(), 40, "every holder has a fence of its own");
+    // No permit is left held.
+    let raw = raw_connection(&env.server.url()).await;
+    let keys: Vec<String> =
+        query(&raw, redis::cmd("KEYS").arg("lock:{partner-api}:permit:*")).await;
+    assert!(keys.is_empty(), "{keys:?}");
+
+    let control = Arc::new(Inside::default());
+    let unlocked: Vec<_> = (0..8)
+        .map(|_| {
+            let control = Arc::clone(&control);
+            tokio::spawn(async move { control.stay(50).await })
+        })
+        .collect();
+    for task in unlocked {
+        task.await.unwrap();
+    }
+    assert_eq!(control.most.load(Ordering::SeqCst), 8, "the control");
+}
+
+/// A release frees its permit for a waiter at once (its message wakes the waiter), not when the
+/// other holders' leases would have run out.
+#[tokio::test]
+async fn a_release_hands_its_permit_to_a_waiter_at_once() {
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(10_000)).with_permits(2);
+    let first = env.locker.acquire("reports", &o).await.unwrap();
+    let second = env.locker.acquire("reports", &o).await.unwrap();
+    let busy = env.locker.acquire("reports", &o).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    let waiter = {
+        let locker = env.locker.clone();
+        let o = o.with_wait(ms(5_000));
+        tokio::spawn(async move { timed(locker.acquire("reports", &o)).await })
+    };
+    tokio::time::sleep(ms(100)).await;
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (third, _) = waiter.await.unwrap();
+    let third = third.expect("the freed permit");
+    let waited = released.elapsed();
+    assert!(
+        waited < ms(1_000),
+        "the waiter got the permit {waited:?} after the release"
+    );
+    assert!(third.fence() > second.fence());
+    third.release().await.unwrap();
+    second.release().await.unwrap();
+}
+
+/// A holder process killed with SIGKILL gives its permit back when its lease runs out (no
+/// leaked permits), while the other holder keeps its own.
+#[tokio::test]
+async fn a_crashed_holders_permit_comes_back_within_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let spawn = || {
+        Holder::spawn(
+            "hold",
+            &[
+                ("redis", server.url()),
+                ("name", "crashy".to_owned()),
+                ("ttl", "60000".to_owned()),
+                ("lease", "300".to_owned()),
+                ("permits", "2".to_owned()),
+            ],
+        )
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    let a_fence = num_field(&a.expect("acquired", ms(10_000)).await, "fence");
+    let b_fence = num_field(&b.expect("acquired", ms(10_000)).await, "fence");
+    assert_ne!(a_fence, b_fence);
+    let o = LockOptions::new(ms(1_000)).with_permits(2);
+    tokio::time::sleep(ms(600)).await;
+    let busy = locker.acquire("crashy", &o).await.unwrap_err();
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "both permits held: {busy}"
+    );
+    a.kill();
+    let killed = Instant::now();
+    let lease = locker
+        .acquire("crashy", &o.with_wait(ms(10_000)))
+        .await
+        .expect("the dead holder's permit");
+    let waited = killed.elapsed();
+    assert!(
+        waited <= ms(500),
+        "the permit came back {waited:?} after the crash"
+    );
+    assert!(lease.fence() > a_fence.max(b_fence));
+    // The live holder still holds its own: no third permit.
+    let busy = locker.acquire("crashy", &o).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    lease.release().await.unwrap();
+    b.kill();
+}
+
+/// Everyone using one name must agree on N: another N is a `Config` error naming both numbers,
+/// and nothing is taken.
+#[tokio::test]
+async fn another_number_of_permits_is_a_config_error_naming_both() {
+    let env = Env::start().await;
+    let three = LockOptions::new(ms(5_000)).with_permits(3);
+    let held = env.locker.acquire("api", &three).await.unwrap();
+    let five = LockOptions::new(ms(5_000)).with_permits(5);
+    let err = env.locker.acquire("api", &five).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert_mentions(&err, &["api", "permits = 5", "permits = 3"]);
+    held.release().await.unwrap();
+    for bad in [0, 1_001] {
+        let err = LockOptions::new(ms(5_000))
+            .with_permits(bad)
+            .validate()
+            .unwrap_err();
+        assert_mentions(&err, &[&format!("permits = {bad}")]);
+    }
+}
+
+/// On Redlock's independent servers each could grant a different permit: refused.
+#[tokio::test]
+async fn permits_on_redlock_are_a_config_error() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let locker = Locker::builder()
+        .urls(servers.iter().map(RedisServer::url))
+        .connect()
+        .await
+        .unwrap();
+    let o = LockOptions::new(ms(5_000)).with_permits(2);
+    let err = locker.acquire("api", &o).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert_mentions(&err, &["permits = 2", "Redlock"]);
+}
+
+/// A nested locked call on the name runs under the permit its task holds, as for a lock: it
+/// takes no second permit.
+#[tokio::test]
+async fn a_nested_call_runs_under_the_held_permit() {
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(5_000)).with_permits(2);
+    let (outer, inner) = env
+        .locker
+        .run("nested", &o, async |lease| {
+            let inner = env
+                .locker
+                .run("nested", &o, async |inner| inner.fence())
+                .await
+                .unwrap();
+            (lease.fence(), inner)
+        })
+        .await
+        .unwrap();
+    assert_eq!(outer, inner);
+}
+
+/// An attempt dropped while its request is on its way frees the permit it took, about one round
+/// trip later, not at the end of its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_dropped_in_flight_frees_its_permit() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let locker = Locker::connect(&proxy.url()).await.unwrap();
+    let o = LockOptions::new(ms(60_000)).with_permits(2);
+    // Scripts loaded before the delay.
+    support::cycle(&locker, "dropped", &o).await;
+    let raw = raw_connection(&server.url()).await;
+    let taken = |raw: &redis::aio::MultiplexedConnection| {
+        let raw = raw.clone();
+        async move {
+            let keys: Vec<String> =
+                query(&raw, redis::cmd("KEYS").arg("lock:{dropped}:permit:*")).await;
+            keys.len()
+        }
+    };
+    proxy.delay(ms(100));
+    // Dropped after the request reached the server, before its reply came back.
+    let dropped = tokio::time::timeout(ms(150), locker.acquire("dropped", &o)).await;
+    assert!(dropped.is_err(), "the attempt finished: {dropped:?}");
+    assert_eq!(taken(&raw).await, 1, "the dropped attempt took a permit");
+    eventually(
+        ms(2_000),
+        "the dropped attempt's permit is freed",
+        || async { taken(&raw).await == 0 },
+    )
+    .await;
+}
+
+#[distributed_lock(name = "partner:{region}", ttl = "5s", permits = 2, wait = "5s", locker = locker)]
+async fn call_partner(locker: &Locker, region: &str, inside: &Inside) -> Result<(), LockError> {
+    inside.stay(30).await;
+    Ok(())
+}
+
+/// Through the attribute: `permits = 2` lets two calls in at once.
+#[tokio::test]
+async fn the_attribute_takes_a_permit() {
+    let env = Env::start().await;
+    let inside = Arc::new(Inside::default());
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let (locker, inside) = (env.locker.clone(), Arc::clone(&inside));
+            tokio::spawn(async move { call_partner(&locker, "eu", &inside).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().expect("a permit within the wait");
+    }
+    assert_eq!(inside.most.load(Ordering::SeqCst), 2);
+}
