@@ -258,7 +258,10 @@ async fn cluster_permits_hold_renew_and_hand_over() {
     let released = Instant::now();
     first.release().await.unwrap();
     let (got, third) = waiter.await.unwrap();
-    assert!(got.duration_since(released) < ms(2_000), "woken by the release");
+    assert!(
+        got.duration_since(released) < ms(2_000),
+        "woken by the release"
+    );
     assert!(third.fence() > second.fence());
     third.release().await.unwrap();
     second.release().await.unwrap();
