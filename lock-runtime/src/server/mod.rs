@@ -234,6 +234,16 @@ impl Node {
         self.replicas
     }
 
+    /// The command that announces a release: sharded pub/sub on a Redis Cluster (the channel
+    /// lives in the lock's slot), plain pub/sub elsewhere.
+    pub(crate) fn publish_command(&self) -> &'static str {
+        if self.is_cluster() {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        }
+    }
+
     /// Whether this is a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
         self.link.cluster().is_some()
@@ -408,7 +418,7 @@ impl Node {
     ) -> RedisResult<bool> {
         let key = keys.key.as_ref();
         let cluster = self.is_cluster();
-        let publish = if cluster { "SPUBLISH" } else { "PUBLISH" };
+        let publish = self.publish_command();
         // Arguments in order, each left out when it and all after it have the script's default.
         let args = if how.always_publish {
             6

@@ -35,7 +35,7 @@ impl Node {
         permits: u32,
         req: &AcquireRequest<'_>,
     ) -> RedisResult<PermitReply> {
-        let slots: Vec<Keys> = (0..permits).map(|i| keys.permit(i)).collect();
+        let slots = permit_keys(keys, permits);
         let numkeys = 2 + slots.len();
         let bytes = numkeys * (keys.key.len() + 20) + 100;
         let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 5, bytes);
@@ -99,12 +99,8 @@ impl Node {
         permits: u32,
         token: &str,
     ) -> RedisResult<()> {
-        let slots: Vec<Keys> = (0..permits).map(|i| keys.permit(i)).collect();
-        let publish = if self.is_cluster() {
-            "SPUBLISH"
-        } else {
-            "PUBLISH"
-        };
+        let slots = permit_keys(keys, permits);
+        let publish = self.publish_command();
         let bytes = slots.len() * (keys.key.len() + 20) + token.len() + 80;
         let mut cmd = evalsha(&scripts::FORGET_PERMIT, slots.len(), slots.len() + 3, bytes);
         for slot in &slots {
@@ -117,4 +113,9 @@ impl Node {
             .await?;
         Ok(())
     }
+}
+
+/// The keys of permits 0 to `permits - 1` of the lock `keys`.
+fn permit_keys(keys: &Keys, permits: u32) -> Vec<Keys> {
+    (0..permits).map(|i| keys.permit(i)).collect()
 }
