@@ -47,6 +47,17 @@ pub fn check_permits(permits: u64) -> Option<String> {
     })
 }
 
+/// Why `shared` cannot go with these `permits`, if it cannot: a shared hold is of a read-write
+/// lock, which has no permits.
+pub fn check_shared(shared: bool, permits: u64) -> Option<String> {
+    (shared && permits != 1).then(|| {
+        format!(
+            "shared cannot go with permits = {permits}: a shared hold is one of many readers of a \
+             read-write lock, which has no permits; use one or the other"
+        )
+    })
+}
+
 /// An option that a rule can blame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DurationKey {

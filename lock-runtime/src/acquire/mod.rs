@@ -333,7 +333,8 @@ impl Acquirer {
             Ok(lease) => telemetry::acquired(lease.state.label(), lease.fence(), wait.begun),
             Err(LockError::Busy { name, waited }) => {
                 let template = wait.opts.template();
-                telemetry::busy(telemetry::Label { template, name }, *waited)
+                let mode = wait.opts.mode();
+                telemetry::busy(telemetry::Label { template, name, mode }, *waited)
             }
             Err(_) => {}
         }
@@ -535,6 +536,7 @@ impl Acquirer {
             min_hold: opts.min_hold(),
             started: taken.sent,
             template: opts.template(),
+            mode: opts.mode(),
         }));
         let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), renewing);

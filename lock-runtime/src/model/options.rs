@@ -20,6 +20,7 @@ pub struct LockOptions {
     ttl: Duration,
     lease: Option<Duration>,
     permits: u32,
+    shared: bool,
     max_exec: Option<Duration>,
     renew: Option<Duration>,
     wait: Duration,
@@ -80,6 +81,7 @@ impl LockOptions {
             ttl,
             lease: None,
             permits: 1,
+            shared: false,
             max_exec: None,
             renew: None,
             wait: Duration::ZERO,
@@ -138,6 +140,32 @@ impl LockOptions {
     /// How many holders may hold the lock at once (1: a lock).
     pub const fn permits(&self) -> u32 {
         self.permits
+    }
+
+    setter! {
+        /// A shared hold of a read-write lock (`true`), or an exclusive one (`false`, the
+        /// default). Shared holds of one name run together; an exclusive hold runs alone; waiters
+        /// are served in arrival order, so a waiting exclusive caller is not starved by shared
+        /// ones that came after it. Each shared holder has its own lease, fence and release. Not
+        /// with [`with_permits`](Self::with_permits); one logical server only (one server, Redis
+        /// Cluster, Sentinel), on Redlock's independent servers a [`LockError::Config`].
+        with_shared(shared: bool) = shared;
+    }
+
+    /// Whether the hold is shared (see [`with_shared`](Self::with_shared)).
+    pub const fn shared(&self) -> bool {
+        self.shared
+    }
+
+    /// The mode of the hold, as the metrics label it: `"exclusive"`, `"shared"` or `"permits"`.
+    pub const fn mode(&self) -> &'static str {
+        if self.shared {
+            "shared"
+        } else if self.permits > 1 {
+            "permits"
+        } else {
+            "exclusive"
+        }
     }
 
     /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an
@@ -219,6 +247,9 @@ impl LockOptions {
 
     pub(crate) fn validate_for(&self, name: &str) -> Result<(), LockError> {
         if let Some(message) = lock_rules::check_permits(u64::from(self.permits)) {
+            return Err(LockError::config(name, message));
+        }
+        if let Some(message) = lock_rules::check_shared(self.shared, u64::from(self.permits)) {
             return Err(LockError::config(name, message));
         }
         let broken = self

@@ -24,6 +24,8 @@ use crate::LostReason;
 pub(crate) struct Label<'a> {
     pub template: Option<&'static str>,
     pub name: &'a str,
+    /// `"exclusive"`, `"shared"` or `"permits"` (see `LockOptions::mode`).
+    pub mode: &'static str,
 }
 
 impl Label<'_> {
@@ -44,6 +46,7 @@ pub(crate) fn acquired(label: Label<'_>, fence: u64, begun: tokio::time::Instant
     tracing::debug!(
         lock = label.name,
         template = label.template,
+        mode = label.mode,
         // None (left out) for a lease taken without a fence.
         fence = (fence != 0).then_some(fence),
         waited_ms = waited().as_millis() as u64,

@@ -29,6 +29,8 @@ pub(crate) struct LeaseState {
     pub min_hold: Duration,
     /// The name's template, for metrics (see `LockOptions::with_template`).
     pub template: Option<&'static str>,
+    /// The hold's mode, for metrics (see `LockOptions::mode`).
+    pub mode: &'static str,
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
@@ -53,6 +55,7 @@ pub(crate) struct Granted {
     pub min_hold: Duration,
     pub started: Instant,
     pub template: Option<&'static str>,
+    pub mode: &'static str,
 }
 
 impl LeaseState {
@@ -86,6 +89,7 @@ impl LeaseState {
             started: g.started,
             min_hold: g.min_hold,
             template: g.template,
+            mode: g.mode,
             status,
             ended: AtomicBool::new(false),
             sections: tokio::sync::Mutex::new(()),
@@ -115,6 +119,7 @@ impl LeaseState {
         Label {
             template: self.template,
             name: &self.name,
+            mode: self.mode,
         }
     }
 
