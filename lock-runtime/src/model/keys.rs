@@ -120,6 +120,12 @@ impl<K: AsRef<str>> Keys<K> {
         }
     }
 
+    /// The holders of a shared hold (a sorted set: each shared holder's token, scored by its
+    /// fence), while the lock's key holds `shared:<token of the first of them>`.
+    pub(crate) fn readers(&self) -> Derived<'_> {
+        self.derived(":readers")
+    }
+
     /// The fence counter.
     pub(crate) fn fence(&self) -> Derived<'_> {
         self.derived(":fence")
