@@ -10,6 +10,7 @@
 //!   ttl=MS        the manual API's ttl                 (default 300)
 //!   lease=MS      the manual API's lease               (default: the ttl)
 //!   permits=N     the manual API's permits             (default 1)
+//!   shared=1      the manual API takes a shared hold     (default: exclusive)
 //!   tasks=N       concurrent tasks                     (mode attr, default 4)
 //!   sections=N    locked sections per task             (mode attr, default 200)
 //!   hold=MS       body's pause before writing          (mode stale-async, default 150)
@@ -174,10 +175,12 @@ async fn attr(args: &Args, locker: Locker) -> ExitCode {
     }
 }
 
-/// The options of the modes that lock by hand: `ttl`, `permits`, and `lease` when given.
+/// The options of the modes that lock by hand: `ttl`, `permits`, `shared`, and `lease` when
+/// given.
 fn manual_options(args: &Args) -> LockOptions {
     let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)))
-        .with_permits(args.num("permits", 1) as u32);
+        .with_permits(args.num("permits", 1) as u32)
+        .with_shared(args.num("shared", 0) == 1);
     match args.get("lease") {
         Some(_) => opts.with_lease(Duration::from_millis(args.num("lease", 0))),
         None => opts,

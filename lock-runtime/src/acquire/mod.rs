@@ -10,9 +10,10 @@ use tokio::time::Instant;
 
 use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
-use crate::deployment::{Acquired, Ask, Deployment, Late};
+use crate::deployment::{Acquired, Ask, Deployment, Held, Late};
 use crate::hold::watchdog::Watchdog;
 use crate::model::keys::Keys;
+use crate::model::options::HoldKind;
 use crate::server::Waiter;
 use crate::server::pubsub::{Grant, Subscription, Wake};
 use crate::state::lease_state::{Granted, LeaseState};
@@ -48,6 +49,8 @@ struct Taken {
     sent: Instant,
     /// How long the key was set for.
     set_for: Duration,
+    /// For a shared hold, the holder's own token (`token` is then the key's shared value).
+    reader: Option<String>,
 }
 
 /// The outcome of one attempt.
@@ -115,8 +118,8 @@ struct InFlight<'a> {
     deployment: &'a Arc<Deployment>,
     keys: &'a Keys,
     token: &'a str,
-    /// The lock's permits: with more than one, the token may hold any of them.
-    permits: u32,
+    /// What the token may hold: with permits, any of them; shared, a place among the holders.
+    kind: HoldKind,
     armed: bool,
 }
 
@@ -130,7 +133,7 @@ impl InFlight<'_> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.armed && tokio::runtime::Handle::try_current().is_ok() {
-            self.deployment.forget(self.keys, self.token, self.permits);
+            self.deployment.forget(self.keys, self.token, self.kind);
         }
     }
 }
@@ -183,7 +186,9 @@ impl Acquirer {
         let keys = self.deployment.keys(key);
         let place = match self.deployment.queue_node() {
             // A lock with permits has no queue yet: its waiters retry at each release.
-            Some(node) if !opts.wait().is_zero() && opts.permits() == 1 => {
+            Some(node)
+                if !opts.wait().is_zero() && !matches!(opts.kind(), HoldKind::Permits(_)) =>
+            {
                 Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
             }
             _ => None,
@@ -334,7 +339,14 @@ impl Acquirer {
             Err(LockError::Busy { name, waited }) => {
                 let template = wait.opts.template();
                 let mode = wait.opts.mode();
-                telemetry::busy(telemetry::Label { template, name, mode }, *waited)
+                telemetry::busy(
+                    telemetry::Label {
+                        template,
+                        name,
+                        mode,
+                    },
+                    *waited,
+                )
             }
             Err(_) => {}
         }
@@ -396,7 +408,7 @@ impl Acquirer {
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
         if Instant::now() >= *sent + grace.saturating_sub(crate::drift_for(grace)) {
-            self.deployment.forget(keys, token, 1);
+            self.deployment.forget(keys, token, HoldKind::Exclusive);
             return None;
         }
         let granted = Taken {
@@ -405,6 +417,7 @@ impl Acquirer {
             record_fence: false,
             sent: *sent,
             set_for: grace,
+            reader: None,
         };
         Some(self.hand_out(name, keys, granted, opts, Late::none()))
     }
@@ -431,53 +444,68 @@ impl Acquirer {
             waiter,
             evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
             fenced: opts.fenced(),
-            permits: opts.permits(),
+            kind: opts.kind(),
+            hold_ms: opts.ttl().as_millis() as u64,
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {
             deployment: &self.deployment,
             keys,
             token: &token,
-            permits: opts.permits(),
+            kind: opts.kind(),
             armed: true,
         };
         // A failed attempt has cleaned up after itself by the time it returns.
-        let (fence, record_fence, granted, late, permit) =
+        let (fence, record_fence, granted, late, held) =
             match self.deployment.acquire(lock_name, keys, &ask).await {
                 Ok(Acquired::Granted {
                     fence,
                     record_fence,
                     nodes,
                     late,
-                    permit,
-                }) => (fence, record_fence, nodes, late, permit),
+                    held,
+                }) => (fence, record_fence, nodes, late, held),
                 other => {
                     in_flight.settle();
                     return self.not_granted(keys, other);
                 }
             };
         self.stale_heads.forget(&keys.key);
-        // What is held: the lock's key, or one of its permits' keys.
-        let permit = permit.map(|index| keys.permit(index));
-        let keys = permit.as_ref().unwrap_or(keys);
         if Instant::now() >= sent + validity {
             let limit = self.deployment.response_timeout().min(validity);
-            Box::pin(
-                self.deployment
-                    .abandon(keys, &token, &granted, Vec::new(), late, limit),
-            )
-            .await;
+            match &held {
+                Held::Shared(_) => self.deployment.forget(keys, &token, HoldKind::Shared),
+                Held::Key | Held::Permit(_) => {
+                    let keys = match held {
+                        Held::Permit(index) => keys.permit(index),
+                        _ => keys.clone(),
+                    };
+                    let abandon =
+                        self.deployment
+                            .abandon(&keys, &token, &granted, Vec::new(), late, limit);
+                    Box::pin(abandon).await;
+                }
+            }
             in_flight.settle();
             return Ok(Attempt::Expired);
         }
         // From here on the lease releases the key on every path, including its own drop.
         in_flight.settle();
+        // What is held: the lock's key, or one of its permits' keys; a shared holder renews
+        // the key's shared value, and leaves the holders under its own token.
+        let (permit, token, reader) = match held {
+            Held::Key => (None, token, None),
+            Held::Permit(index) => (Some(keys.permit(index)), token, None),
+            Held::Shared(value) => (None, value, Some(token)),
+        };
+        let keys = permit.as_ref().unwrap_or(keys);
         let taken = Taken {
             token,
             fence,
             record_fence,
             sent,
             set_for: ttl,
+            reader,
         };
         Ok(Attempt::Taken(self.hand_out(name, keys, taken, opts, late)))
     }
@@ -537,6 +565,7 @@ impl Acquirer {
             started: taken.sent,
             template: opts.template(),
             mode: opts.mode(),
+            reader: taken.reader,
         }));
         let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), renewing);

@@ -217,6 +217,14 @@ impl Locker {
         held: Arc<crate::state::lease_state::LeaseState>,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
+        if held.reader.is_some() && !opts.shared() {
+            return Err(LockError::config(
+                &held.name,
+                "an exclusive hold inside a shared hold of the same name, in the same task: a \
+                 shared hold cannot become an exclusive one (the call would wait for itself); \
+                 take the exclusive hold in the outer call",
+            ));
+        }
         let deployment = &self.inner.acquirer.deployment;
         if opts.fenced() {
             deployment.fence_for(&held).await?;

@@ -9,9 +9,10 @@ use super::failure::Failure;
 use super::majority::Tally;
 use super::release::release_quietly;
 use super::replies::AcquireReplies;
-use super::{Acquired, Ask, Deployment, Late};
+use super::{Acquired, Ask, Deployment, Held, Late};
 use crate::LockError;
 use crate::model::keys::Keys;
+use crate::model::options::HoldKind;
 use crate::plumbing::fanout::Fanout;
 use crate::server::{AcquireReply, AcquireRequest, FastReply};
 use crate::state::lease_state::LeaseState;
@@ -27,9 +28,16 @@ impl Deployment {
         keys: &Keys,
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
-        if ask.permits > 1 {
-            let node = self.permit_server(name, ask.permits)?;
-            return Box::pin(self.acquire_permit(node, name, keys, ask)).await;
+        match ask.kind {
+            HoldKind::Exclusive => {}
+            HoldKind::Permits(n) => {
+                let node = self.one_server(name, ask.kind)?;
+                return Box::pin(self.acquire_permit(node, name, keys, ask, n)).await;
+            }
+            HoldKind::Shared => {
+                let node = self.one_server(name, ask.kind)?;
+                return Box::pin(self.acquire_shared(node, name, keys, ask)).await;
+            }
         }
         let limit = self.per_node_limit(ask.validity);
         // One server, nobody queued on our behalf: plain commands, no script. Not on a Redis
@@ -52,7 +60,7 @@ impl Deployment {
                         record_fence: ask.fenced,
                         nodes: vec![0],
                         late: Fanout::none(),
-                        permit: None,
+                        held: Held::Key,
                     });
                 }
                 Ok(FastReply::Busy) => {
@@ -116,7 +124,7 @@ impl Deployment {
                     record_fence: false,
                     nodes: granted,
                     late: fanout,
-                    permit: None,
+                    held: Held::Key,
                 });
             }
             r.failures.extend(raise_failures.into_iter().map(|(i, e)| {
@@ -270,9 +278,11 @@ impl Deployment {
     /// Compare-and-delete of `token` on every server at once, without waiting for a reply (an
     /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
     /// the server after it.
-    pub(crate) fn forget(&self, keys: &Keys, token: &str, permits: u32) {
-        if permits > 1 {
-            return self.forget_permit(keys, token, permits);
+    pub(crate) fn forget(&self, keys: &Keys, token: &str, kind: HoldKind) {
+        match kind {
+            HoldKind::Exclusive => {}
+            HoldKind::Permits(n) => return self.forget_permit(keys, token, n),
+            HoldKind::Shared => return self.forget_shared(keys, token),
         }
         for node in &self.nodes {
             let how = self.cleanup(0);

@@ -18,6 +18,7 @@ mod release;
 mod renew;
 mod replies;
 pub(crate) mod sentinel;
+mod shared;
 pub(crate) mod standalone;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::LockError;
 use crate::model::keys::{KeyFormat, Keys};
+use crate::model::options::HoldKind;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
 use crate::server::pubsub::Subscription;
@@ -90,8 +92,21 @@ pub(crate) struct Ask<'a> {
     pub evict: Option<(&'a str, &'a str)>,
     /// The caller can read the fence (see `LockOptions::without_fence`).
     pub fenced: bool,
-    /// How many holders the lock may have at once (see `LockOptions::with_permits`).
-    pub permits: u32,
+    /// What the hold takes (see `LockOptions::with_permits`, `LockOptions::with_shared`).
+    pub kind: HoldKind,
+    /// Longer than the whole hold may last (the options' ttl): how long a shared hold's set of
+    /// holders is kept at least.
+    pub hold_ms: u64,
+}
+
+/// What a granted attempt holds.
+pub(crate) enum Held {
+    /// The lock's key.
+    Key,
+    /// The key of this permit of a lock with `permits = N`.
+    Permit(u32),
+    /// A place among the shared holders; the value of the lock's key, which they renew.
+    Shared(String),
 }
 
 /// The decided outcome of one acquire attempt.
@@ -104,8 +119,7 @@ pub(crate) enum Acquired {
         record_fence: bool,
         nodes: Vec<usize>,
         late: Late,
-        /// The permit taken, for a lock with `permits = N`.
-        permit: Option<u32>,
+        held: Held,
     },
     /// Others hold it: the shortest remaining PTTL seen, and the servers that said busy (only
     /// their release messages can change the next attempt's outcome). What this attempt took on

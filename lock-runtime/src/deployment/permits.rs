@@ -4,23 +4,36 @@
 use std::sync::Arc;
 
 use super::failure::Failure;
-use super::{Acquired, Ask, Deployment};
+use super::{Acquired, Ask, Deployment, Held};
 use crate::LockError;
 use crate::model::keys::Keys;
+use crate::model::options::HoldKind;
 use crate::plumbing::fanout::Fanout;
 use crate::server::{AcquireRequest, Node, PermitReply};
 
 impl Deployment {
-    /// The one server a lock with `permits` permits lives on: refused on Redlock's independent
-    /// servers, where each could grant a different permit.
-    pub(super) fn permit_server(&self, name: &str, permits: u32) -> Result<&Arc<Node>, LockError> {
+    /// The one server a hold of `kind` (permits, or shared) lives on: refused on Redlock's
+    /// independent servers, where each could grant a different permit, or let a shared holder
+    /// and an exclusive one in on different majorities' counts.
+    pub(super) fn one_server(&self, name: &str, kind: HoldKind) -> Result<&Arc<Node>, LockError> {
         self.alone().filter(|_| self.traits.fair_queue).ok_or_else(|| {
+            let (option, why, instead) = match kind {
+                HoldKind::Permits(n) => (
+                    format!("permits = {n}"),
+                    "each could grant a different permit, so more than N could hold",
+                    "use permits = 1 there",
+                ),
+                _ => (
+                    "shared".to_owned(),
+                    "shared and exclusive holders would be counted by different servers",
+                    "use exclusive holds there",
+                ),
+            };
             LockError::config(
                 name,
                 format!(
-                    "permits = {permits} needs one logical server (one server, Redis Cluster or \
-                     Sentinel): on Redlock's independent servers each could grant a different \
-                     permit, so more than N could hold; use permits = 1 there"
+                    "{option} needs one logical server (one server, Redis Cluster or Sentinel): \
+                     on Redlock's independent servers {why}; {instead}"
                 ),
             )
         })
@@ -34,6 +47,7 @@ impl Deployment {
         name: &str,
         keys: &Keys,
         ask: &Ask<'_>,
+        permits: u32,
     ) -> Result<Acquired, LockError> {
         let request = AcquireRequest {
             token: ask.token,
@@ -45,7 +59,7 @@ impl Deployment {
             limit: self.per_node_limit(ask.validity),
             queue: false,
         };
-        let reply = node.acquire_permit(keys, ask.permits, &request).await;
+        let reply = node.acquire_permit(keys, permits, &request).await;
         let failure = match reply {
             Ok(PermitReply::Taken { fence, permit }) => {
                 return Ok(Acquired::Granted {
@@ -53,7 +67,7 @@ impl Deployment {
                     record_fence: false,
                     nodes: vec![0],
                     late: Fanout::none(),
-                    permit: Some(permit),
+                    held: Held::Permit(permit),
                 });
             }
             Ok(PermitReply::Busy { pttl }) => {
@@ -66,10 +80,9 @@ impl Deployment {
                 return Err(LockError::config(
                     name,
                     format!(
-                        "permits = {} here, but the holders of this name use permits = {agreed}: \
-                         every user of one name must give the same number; change it, or use \
-                         another name",
-                        ask.permits
+                        "permits = {permits} here, but the holders of this name use permits = \
+                         {agreed}: every user of one name must give the same number; change it, \
+                         or use another name"
                     ),
                 ));
             }
@@ -80,7 +93,7 @@ impl Deployment {
             },
             Err(e) => {
                 // The request may have gone through.
-                self.forget_permit(keys, ask.token, ask.permits);
+                self.forget_permit(keys, ask.token, permits);
                 Failure::Redis(e)
             }
         };

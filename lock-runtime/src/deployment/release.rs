@@ -57,7 +57,8 @@ impl Deployment {
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let Some(node) = self.alone() {
             let keys = self.keys_of(lease);
-            return match release_on(node, &keys, &lease.token, &how).await {
+            let reader = lease.reader.as_deref();
+            return match release_on(node, &keys, &lease.token, reader, &how).await {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(lease.lost_error(LostReason::GoneAtRelease)),
                 Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
@@ -111,7 +112,7 @@ impl Deployment {
         let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
             let node = Arc::clone(node);
             let (keys, token, how) = (keys.clone(), token.to_owned(), Arc::clone(&how));
-            async move { release_on(&node, &keys, &token, &how).await }
+            async move { release_on(&node, &keys, &token, None, &how).await }
         }));
         fanout
             .until(|replies| majority.settled(Tally::of(replies.iter().map(answer))))
@@ -132,7 +133,8 @@ impl Deployment {
 }
 
 /// Compare-and-delete (or keep for `min_hold`, or hand over) of `token` on one server; true
-/// when the key was ours. A connection found gone (its runtime shut down, or the server
+/// when the key was ours. For a shared hold (`reader`: the holder's own token), leaving the
+/// shared holders instead (see `Node::release_shared`). A connection found gone (its runtime shut down, or the server
 /// restarted) is being made again by redis-rs: the release is sent once more, as
 /// compare-and-delete twice is harmless. If the second finds the key not ours, the first may have
 /// run after all: the connection failure is the honest answer, not a lost lease.
@@ -140,16 +142,21 @@ async fn release_on(
     node: &Node,
     keys: &Keys<impl AsRef<str>>,
     token: &str,
+    reader: Option<&str>,
     how: &Release,
 ) -> RedisResult<bool> {
-    let out = node.release(keys, token, how).await;
-    match &out {
-        Err(dropped) if dropped.is_connection_dropped() => {
-            match node.release(keys, token, how).await {
-                Ok(false) => out,
-                again => again,
-            }
+    let once = || async {
+        match reader {
+            Some(reader) => node.release_shared(keys, token, reader, how).await,
+            None => node.release(keys, token, how).await,
         }
+    };
+    let out = once().await;
+    match &out {
+        Err(dropped) if dropped.is_connection_dropped() => match once().await {
+            Ok(false) => out,
+            again => again,
+        },
         _ => out,
     }
 }

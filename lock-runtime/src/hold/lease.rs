@@ -62,9 +62,10 @@ impl Lease {
     /// it, `<token>;h=<host>;p=<pid>[;l=<label>];w=0` (see [`Holder`](crate::Holder)).
     /// Only this lease can renew or release the key; the scripts compare this value as one
     /// opaque string, or its form with `;w=1` at the end, which a waiter queued behind this
-    /// lease writes.
+    /// lease writes. For a shared hold, this holder's own value among the shared holders (the
+    /// lock's key then holds `shared:` and the first shared holder's value).
     pub fn token(&self) -> &str {
-        &self.state.token
+        self.state.reader.as_deref().unwrap_or(&self.state.token)
     }
 
     /// The fencing token: grows with every acquisition of this name. Give it to your storage so

@@ -30,6 +30,15 @@ pub struct LockOptions {
     fenced: bool,
 }
 
+/// What one hold takes: a lock's key, one of a lock's N permits, or a place among the shared
+/// holders of a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HoldKind {
+    Exclusive,
+    Permits(u32),
+    Shared,
+}
+
 /// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms` (the same as
 /// [`LockOptions::drift`] of options with this ttl).
 pub const fn drift_for(ttl: Duration) -> Duration {
@@ -155,6 +164,17 @@ impl LockOptions {
     /// Whether the hold is shared (see [`with_shared`](Self::with_shared)).
     pub const fn shared(&self) -> bool {
         self.shared
+    }
+
+    /// What one hold takes (see [`HoldKind`]).
+    pub(crate) const fn kind(&self) -> HoldKind {
+        if self.shared {
+            HoldKind::Shared
+        } else if self.permits > 1 {
+            HoldKind::Permits(self.permits)
+        } else {
+            HoldKind::Exclusive
+        }
     }
 
     /// The mode of the hold, as the metrics label it: `"exclusive"`, `"shared"` or `"permits"`.

@@ -73,6 +73,41 @@ pub(crate) enum AcquireReply {
     },
 }
 
+impl AcquireReply {
+    /// The reply of an acquire script (`ACQUIRE` and the scripts that reply as it does), its
+    /// replicas' acknowledgements aside.
+    pub(super) fn read(keys: &Keys, reply: &[Value]) -> Self {
+        let int = |v: &Value| match v {
+            Value::Int(n) => Some(*n),
+            _ => None,
+        };
+        let text = |v: Option<&Value>| v.map(value_text).unwrap_or_default();
+        match reply.first().and_then(int) {
+            Some(1) => AcquireReply::Taken {
+                fence: reply.get(1).and_then(int).unwrap_or(0) as u64,
+            },
+            Some(0) => {
+                let pttl = reply.get(1).and_then(int).unwrap_or(-1);
+                AcquireReply::Busy {
+                    pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                }
+            }
+            Some(2) => AcquireReply::NotOurTurn {
+                head: text(reply.get(1)),
+                state: text(reply.get(2)),
+            },
+            Some(-1) => AcquireReply::Foreign {
+                key: keys.key.clone(),
+                detail: format!("holds a {} value, not a lock", text(reply.get(1))),
+            },
+            _ => AcquireReply::Foreign {
+                key: keys.fence().to_string(),
+                detail: text(reply.get(1)),
+            },
+        }
+    }
+}
+
 impl Node {
     pub(crate) async fn acquire(
         &self,
@@ -109,40 +144,15 @@ impl Node {
         let (reply, acked): (Vec<Value>, _) =
             self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
         self.rtt.record(sent.elapsed());
-        let int = |v: &Value| match v {
-            Value::Int(n) => Some(*n),
+        let replicated = match (reply.first(), acked) {
+            (Some(Value::Int(1)), Some(acked)) if acked < self.replicas => Some(acked),
             _ => None,
         };
-        let text = |v: Option<&Value>| v.map(value_text).unwrap_or_default();
-        Ok(match reply.first().and_then(int) {
-            Some(1) => match acked {
-                Some(acked) if acked < self.replicas => {
-                    Box::pin(self.undo_unreplicated(keys, req.token)).await;
-                    AcquireReply::NotReplicated { acked }
-                }
-                _ => AcquireReply::Taken {
-                    fence: reply.get(1).and_then(int).unwrap_or(0) as u64,
-                },
-            },
-            Some(0) => {
-                let pttl = reply.get(1).and_then(int).unwrap_or(-1);
-                AcquireReply::Busy {
-                    pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-                }
-            }
-            Some(2) => AcquireReply::NotOurTurn {
-                head: text(reply.get(1)),
-                state: text(reply.get(2)),
-            },
-            Some(-1) => AcquireReply::Foreign {
-                key: key.to_string(),
-                detail: format!("holds a {} value, not a lock", text(reply.get(1))),
-            },
-            _ => AcquireReply::Foreign {
-                key: keys.fence().to_string(),
-                detail: text(reply.get(1)),
-            },
-        })
+        if let Some(acked) = replicated {
+            Box::pin(self.undo_unreplicated(keys, req.token)).await;
+            return Ok(AcquireReply::NotReplicated { acked });
+        }
+        Ok(AcquireReply::read(keys, &reply))
     }
 
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):

@@ -31,6 +31,7 @@ mod reads;
 mod renew;
 pub(crate) mod scripts;
 mod setup;
+mod shared;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::PermitReply;

@@ -28,14 +28,17 @@ macro_rules! ours {
 
 /// Lua, the end of a renewal loop over leases `i` whose `key` and `token` are set and whose
 /// key's `value` was read: `PEXPIRE` by the ttl at `$ttl` where the key is ours (`out[i] = 1`),
-/// else `out[i] = 0`; then returns `out`.
+/// else `out[i] = 0`; then returns `out`. A shared hold's key (see `ACQUIRE_SHARED`) is only ever
+/// extended: its holders may have leases of different lengths.
 macro_rules! renew_where_ours {
     ($ttl:literal) => {
         concat!(
             ours!(),
-            " then\n    redis.call('PEXPIRE', key, ",
+            " then\n    if string.sub(value, 1, 7) ~= 'shared:' or redis.call('PTTL', key) < tonumber(",
             $ttl,
-            ")\n    out[i] = 1\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
+            ") then\n      redis.call('PEXPIRE', key, ",
+            $ttl,
+            ")\n    end\n    out[i] = 1\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
         )
     };
 }
@@ -64,16 +67,11 @@ end
 }
 
 /// Lua, for the acquire scripts once the key is taken: the fence `max(counter + 1, floor)` from
-/// `last` (the counter's `GET`, checked to be a number or nil), written to the counter (KEYS[2],
-/// kept ARGV[4] ms, 0: forever) and returned as `{1, fence}` (with `$more`, as `{1, fence,
-/// $more}`). ARGV[3] is the floor's quantum (see `ACQUIRE`).
-macro_rules! take_fence {
+/// `last` (the counter's `GET`, checked to be a number or nil), as `fence`, written to the
+/// counter (KEYS[2], kept ARGV[4] ms, 0: forever). ARGV[3] is the floor's quantum (see `ACQUIRE`).
+macro_rules! next_fence {
     () => {
-        take_fence!("")
-    };
-    ($more:literal) => {
-        concat!(
-            r"  last = tonumber(last) or 0
+        r"  last = tonumber(last) or 0
   local t = redis.call('TIME')
   local s = tonumber(t[1])
   local now = s * 1000000 + tonumber(t[2])
@@ -85,11 +83,17 @@ macro_rules! take_fence {
   else
     redis.call('SET', KEYS[2], string.format('%d', fence))
   end
-  return {1, fence",
-            $more,
-            r"}
 "
-        )
+    };
+}
+
+/// [`next_fence!`], then returns `{1, fence}` (with `$more`, as `{1, fence, $more}`).
+macro_rules! take_fence {
+    () => {
+        take_fence!("")
+    };
+    ($more:literal) => {
+        concat!(next_fence!(), "  return {1, fence", $more, "}\n")
     };
 }
 
@@ -259,6 +263,57 @@ for i, key in ipairs(KEYS) do
     ))
 });
 
+/// Lua, for the release scripts once the key is no longer held: with waiters queued, grants the
+/// lock to the first live one and returns (see `RELEASE`); falls through when nobody queues. Uses
+/// `key`, `token` (published when the head cannot be granted the lock), `queue`, `counter`,
+/// `channel`, `publish`, `retention` and `unusable` (see `unusable_counter!`).
+macro_rules! hand_over {
+    () => {
+        r"-- The first two in line: a queue exists if it has a first, and others still queue after the
+-- first if it has a second.
+local line = redis.call('ZRANGE', queue, 0, 1)
+local head = line[1]
+if head then
+  local state = redis.call('HGET', queue .. ':state', head)
+  local nonce, grace = nil, nil
+  if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
+  local last = redis.pcall('GET', counter)
+  if unusable(last) then nonce = nil end
+  if nonce then
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', queue .. ':state', head)
+    local held = nonce
+    if string.sub(nonce, -4) == ';w=0' and line[2] then
+      held = string.sub(nonce, 1, -2) .. '1'
+    end
+    redis.call('SET', key, held, 'PX', grace)
+    local t = redis.call('TIME')
+    local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+    local f = string.format('%d', fence)
+    if retention ~= '0' then
+      redis.call('SET', counter, f, 'PX', retention)
+    else
+      redis.call('SET', counter, f, 'KEEPTTL')
+    end
+    local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
+    local via = string.match(head, ';grants=(%w+)$')
+    redis.call(publish, channel .. (via and ':' .. via or ''), grant)
+    return grant
+  end
+  if state and string.match(state, '^%S+ %d+$') then
+    local grace = string.match(state, ' (%d+)$')
+    redis.call('SET', key, '~' .. head, 'PX', grace)
+    redis.call(publish, channel, '~' .. head)
+    return '~' .. head
+  end
+  redis.call('DEL', key)
+  redis.call(publish, channel, token)
+  return 1
+end
+"
+    };
+}
+
 /// KEYS: lock; on Redis Cluster also its waiter queue and fence counter (declared keys: a slot
 /// in migration then answers for all of them at once). ARGV: 1 token; then, each left out when
 /// it and all after it have their default: 2 the fence counter's retention ms (the default:
@@ -351,48 +406,9 @@ if keep > 0 then
   redis.call('SET', key, token .. ':released', 'PX', keep)
   return 1
 end
--- The first two in line: a queue exists if it has a first, and others still queue after the
--- first if it has a second.
-local line = redis.call('ZRANGE', queue, 0, 1)
-local head = line[1]
-if head then
-  local state = redis.call('HGET', queue .. ':state', head)
-  local nonce, grace = nil, nil
-  if state then nonce, grace = string.match(state, '^(%S+) %d+ (%d+)$') end
-  local last = redis.pcall('GET', counter)
-  if unusable(last) then nonce = nil end
-  if nonce then
-    redis.call('ZREM', queue, head)
-    redis.call('HDEL', queue .. ':state', head)
-    local held = nonce
-    if string.sub(nonce, -4) == ';w=0' and line[2] then
-      held = string.sub(nonce, 1, -2) .. '1'
-    end
-    redis.call('SET', key, held, 'PX', grace)
-    local t = redis.call('TIME')
-    local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    local f = string.format('%d', fence)
-    if retention ~= '0' then
-      redis.call('SET', counter, f, 'PX', retention)
-    else
-      redis.call('SET', counter, f, 'KEEPTTL')
-    end
-    local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
-    local via = string.match(head, ';grants=(%w+)$')
-    redis.call(publish, channel .. (via and ':' .. via or ''), grant)
-    return grant
-  end
-  if state and string.match(state, '^%S+ %d+$') then
-    local grace = string.match(state, ' (%d+)$')
-    redis.call('SET', key, '~' .. head, 'PX', grace)
-    redis.call(publish, channel, '~' .. head)
-    return '~' .. head
-  end
-  redis.call('DEL', key)
-  redis.call(publish, channel, token)
-  return 1
-end
-redis.call('DEL', key)
+",
+        hand_over!(),
+        r"redis.call('DEL', key)
 if ARGV[6] == '1' then redis.call(publish, channel, token) end
 return 1
 ",
@@ -464,6 +480,152 @@ end
 return 0
 ",
     )
+});
+
+/// KEYS: 1 lock, 2 fence, 3 waiter queue, 4 waiter states, 5 shared holders (see
+/// `Keys::readers`). ARGV: 1 token, 2 lease ms, 3 fence quantum µs, 4 fence counter retention
+/// ms, as `ACQUIRE`'s first four; 5 how long the holders' set must last at least (ms: longer
+/// than this holder's whole hold); 6 the publish command (`PUBLISH`, `SPUBLISH` on Redis
+/// Cluster); then, only for a waiter: 7 waiter id, 8 waiter grace ms, 9 stale head to evict
+/// (empty: none), 10 the state that head was seen with.
+///
+/// A shared hold of a read-write lock. The lock's key holds `shared:<token of the first shared
+/// holder>` while shared holders hold it: an exclusive caller's `SET NX` finds it busy, so the
+/// exclusive path is the same whether or not the name has shared holders. Each shared holder is
+/// in the holders' set (its token, scored by its fence), and renews the lock's key with that
+/// value as its token (`RENEW` only ever extends such a key); the last one to leave releases the
+/// key as an exclusive holder would (`RELEASE_SHARED`). A shared holder that crashed stays in the
+/// set: the key then lives until no live holder renews it, one lease at most.
+///
+/// Arrival order: a shared caller joins while the key is free or shared, unless an exclusive
+/// waiter queued before it (or, for a caller not in the queue, anywhere in it). Its queue state
+/// is `"<nonce> <grace ms>"`, without the ttl of an exclusive waiter's: a release hands it the
+/// lock by id (`~<waiter id>`), and it takes the key over as shared. One that joins with more
+/// shared waiters next in line wakes them, so that they join too.
+///
+/// Returns `{1, fence, value}` when held (the key's value, this holder's token for renewals);
+/// otherwise as `ACQUIRE`: `{0, pttl}`, `{2, head, state}`, `{-1, type}`, `{-2, why}`.
+pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        r"
+local waiter = ARGV[7] or ''
+local evict = ARGV[9] or ''
+if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[10] then
+  redis.call('ZREM', KEYS[3], evict)
+  redis.call('HDEL', KEYS[4], evict)
+  if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
+end
+local line = redis.call('ZRANGE', KEYS[3], 0, -1)
+-- Whether an exclusive waiter is queued before this caller; the first one in line.
+local ahead, first = false, nil
+for _, id in ipairs(line) do
+  if id == waiter then break end
+  local state = redis.call('HGET', KEYS[4], id)
+  if state then
+    first = first or id
+    if not string.match(state, '^%S+ %d+$') then ahead = true break end
+  else
+    redis.call('ZREM', KEYS[3], id)
+  end
+end
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+local shared = cur and string.sub(cur, 1, 7) == 'shared:'
+local handed = cur and waiter ~= '' and cur == '~' .. waiter
+if handed or ((not cur or shared) and not ahead) then
+",
+        unusable_counter!(),
+        r"  local last = redis.pcall('GET', KEYS[2])
+  local why = unusable(last)
+  if why then return {-2, why} end
+  if not shared then
+    cur = 'shared:' .. ARGV[1]
+    redis.call('DEL', KEYS[5])
+    redis.call('SET', KEYS[1], cur, 'PX', ARGV[2])
+  elseif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+  end
+",
+        next_fence!(),
+        r"  redis.call('ZADD', KEYS[5], fence, ARGV[1])
+  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[5], ARGV[5]) end
+  local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+  local state = next and redis.call('HGET', KEYS[4], next)
+  if state and string.match(state, '^%S+ %d+$') then
+    local channel = string.sub(KEYS[3], 1, -9) .. ':released'
+    redis.call(ARGV[6], channel, cur)
+  end
+  return {1, fence, cur}
+end
+if waiter ~= '' then
+  if not redis.call('ZSCORE', KEYS[3], waiter) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
+  end
+  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[8])
+  local keep = 4 * tonumber(ARGV[8])
+  if redis.call('PTTL', KEYS[4]) < keep / 2 then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+  -- Queued behind an exclusive holder: mark its value, so that its release hands the lock over.
+  if cur and string.sub(cur, -4) == ';w=0' and not shared then
+    redis.call('SETRANGE', KEYS[1], #cur - 1, '1')
+  end
+end
+if cur and string.sub(cur, 1, 1) == '~' then
+  local head = string.sub(cur, 2)
+  return {2, head, redis.call('HGET', KEYS[4], head)}
+end
+if not cur and first then
+  return {2, first, redis.call('HGET', KEYS[4], first)}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+",
+    ))
+});
+
+/// KEYS: 1 lock, 2 shared holders, 3 waiter queue, 4 fence counter. ARGV: 1 the key's value the
+/// holder renews (empty: whatever shared value the key holds, for an attempt whose outcome is not
+/// known), 2 the holder's own token, 3 the fence counter's retention ms, 4 the publish command,
+/// 5 ms to keep the key (0: none).
+///
+/// The release of a shared hold (see `ACQUIRE_SHARED`): takes the holder out of the set; the last
+/// one out releases the lock's key as `RELEASE` does (kept for `min_hold`, or granted to the first
+/// waiter, or deleted). Returns as `RELEASE`: 1, the grant, or 0 when the key or the set no
+/// longer holds this holder (then nothing is touched).
+pub(crate) static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        r"
+local key, token = KEYS[1], ARGV[1]
+local value = redis.pcall('GET', key)
+if type(value) ~= 'string' or string.sub(value, 1, 7) ~= 'shared:' then return 0 end
+if token == '' then token = value end
+if not ",
+        ours!(),
+        r" then return 0 end
+if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
+if redis.call('ZCARD', KEYS[2]) > 0 then return 1 end
+redis.call('DEL', KEYS[2])
+local keep = tonumber(ARGV[5])
+if keep > 0 then
+  redis.call('SET', key, ARGV[2] .. ':released', 'PX', keep)
+  return 1
+end
+",
+        unusable_counter!(),
+        r"local queue, counter, retention, publish = KEYS[3], KEYS[4], ARGV[3], ARGV[4]
+local channel = string.sub(queue, 1, -9) .. ':released'
+",
+        hand_over!(),
+        r"redis.call('DEL', key)
+return 1
+",
+    ))
 });
 
 /// The renewal of many leases on one Redis Cluster primary, whatever their slots: no KEYS (keys of

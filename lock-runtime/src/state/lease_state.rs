@@ -16,6 +16,9 @@ pub(crate) struct LeaseState {
     /// Where the lock's own key lies in `key` (see `Keys::base`): not all of it for a permit.
     pub base: (usize, usize),
     pub token: String,
+    /// For a shared hold, the holder's own token among the shared holders (`token` is then the
+    /// value of the lock's key, which every shared holder renews).
+    pub reader: Option<String>,
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
@@ -56,6 +59,7 @@ pub(crate) struct Granted {
     pub started: Instant,
     pub template: Option<&'static str>,
     pub mode: &'static str,
+    pub reader: Option<String>,
 }
 
 impl LeaseState {
@@ -81,6 +85,7 @@ impl LeaseState {
             key: g.key,
             base: g.base,
             token: g.token,
+            reader: g.reader,
             fence: AtomicU64::new(g.fence),
             record_fence: g.record_fence,
             ttl: g.ttl,

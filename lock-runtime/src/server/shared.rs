@@ -1,0 +1,104 @@
+//! A shared hold of a read-write lock on one server: joining the shared holders (see
+//! [`scripts::ACQUIRE_SHARED`]) and leaving them (see [`scripts::RELEASE_SHARED`]).
+
+use redis::{RedisResult, Value};
+use tokio::time::Instant;
+
+use super::acquire::{AcquireReply, AcquireRequest};
+use super::pubsub::Wake;
+use super::{Node, Release};
+use crate::model::keys::Keys;
+use crate::server::scripts::{self, evalsha};
+
+impl Node {
+    /// One shared attempt on the lock `keys`; with `Taken`, the value the lock's key holds (the
+    /// holder's token for renewals). `hold_ms`: longer than the whole hold may last.
+    pub(crate) async fn acquire_shared(
+        &self,
+        keys: &Keys,
+        req: &AcquireRequest<'_>,
+        hold_ms: u64,
+    ) -> RedisResult<(AcquireReply, Option<String>)> {
+        let script = &scripts::ACQUIRE_SHARED;
+        let mut cmd = evalsha(script, 5, 15, 5 * keys.key.len() + 260);
+        cmd.arg(&keys.key)
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.queue_states())
+            .arg(keys.readers());
+        cmd.arg(req.token)
+            .arg(req.ttl_ms)
+            .arg(req.fence_quantum)
+            .arg(req.fence_retention_ms)
+            .arg(hold_ms)
+            .arg(self.publish_command());
+        if let Some(waiter) = req.waiter {
+            let (evict, seen) = req.evict.unwrap_or(("", ""));
+            cmd.arg(&waiter.id)
+                .arg(waiter.grace.as_millis() as u64)
+                .arg(evict)
+                .arg(seen);
+        }
+        let sent = Instant::now();
+        let wait = self.wait_cmd(req.ttl_ms);
+        let (reply, acked): (Vec<Value>, _) =
+            self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
+        self.rtt.record(sent.elapsed());
+        let read = AcquireReply::read(keys, &reply);
+        let AcquireReply::Taken { .. } = read else {
+            return Ok((read, None));
+        };
+        let value = reply.get(2).map(super::acquire::value_text);
+        match acked {
+            Some(acked) if acked < self.replicas => {
+                // Not acknowledged: leaves the holders again (a failover could lose the hold).
+                let how = Release::UNDO;
+                if let Err(e) = self.release_shared(keys, "", req.token, &how).await {
+                    tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "leaving an unacknowledged shared hold failed; it expires by its lease");
+                }
+                Ok((AcquireReply::NotReplicated { acked }, None))
+            }
+            _ => Ok((read, value)),
+        }
+    }
+
+    /// Takes the holder `token` out of the shared holders of `keys` (whose key holds `value`;
+    /// empty: any shared value), releasing the key when it was the last; true when it was one of
+    /// them.
+    pub(crate) async fn release_shared(
+        &self,
+        keys: &Keys<impl AsRef<str>>,
+        value: &str,
+        token: &str,
+        how: &Release,
+    ) -> RedisResult<bool> {
+        let script = &scripts::RELEASE_SHARED;
+        let key = keys.key.as_ref();
+        let mut cmd = evalsha(
+            script,
+            4,
+            9,
+            4 * key.len() + value.len() + token.len() + 120,
+        );
+        cmd.arg(key)
+            .arg(keys.readers())
+            .arg(keys.queue())
+            .arg(keys.fence());
+        cmd.arg(value)
+            .arg(token)
+            .arg(how.fence_retention_ms)
+            .arg(self.publish_command())
+            .arg(how.keep_ms);
+        let limit = self.settings.response_timeout;
+        let (done, _): (Value, _) = self.eval(script, &cmd, None, limit).await?;
+        let wake = match done {
+            Value::Int(1) => Wake::Everyone,
+            Value::BulkString(handed) => Wake::of(&handed),
+            _ => return Ok(false),
+        };
+        if how.keep_ms == 0 {
+            self.notifications.released_here(keys, wake);
+        }
+        Ok(true)
+    }
+}

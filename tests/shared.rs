@@ -1,0 +1,339 @@
+//! `shared`: a read-write lock. Shared holds of a name run together, an exclusive one runs alone,
+//! and waiters are served in arrival order.
+
+pub mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use lock_runtime::{LockError, LockOptions, Locker};
+use lock_testing::{FaultProxy, RedisServer};
+use support::holder::{Holder, num_field};
+use support::{Env, eventually, ms, query, raw_connection};
+use tokio::time::Instant;
+
+/// Who is inside the name's sections now, and what was seen.
+#[derive(Default)]
+struct Room {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    /// The most shared holders seen inside at once.
+    most_readers: AtomicUsize,
+    /// Times an exclusive holder was inside with anyone else.
+    overlaps: AtomicUsize,
+}
+
+impl Room {
+    async fn read(&self, for_ms: u64) {
+        let now = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_readers.fetch_max(now, Ordering::SeqCst);
+        if self.writers.load(Ordering::SeqCst) > 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(ms(for_ms)).await;
+        self.readers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    async fn write(&self, for_ms: u64) {
+        let writers = self.writers.fetch_add(1, Ordering::SeqCst);
+        if writers > 0 || self.readers.load(Ordering::SeqCst) > 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(ms(for_ms)).await;
+        self.writers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs 6 shared and 2 exclusive tasks, 6 sections each, on `name`; `locked: false` is the unsafe
+/// control, the same sections without the lock.
+async fn mixed_load(locker: &Locker, name: &'static str, locked: bool) -> Arc<Room> {
+    let room = Arc::new(Room::default());
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (locker, room) = (locker.clone(), Arc::clone(&room));
+            let shared = i >= 2;
+            let o = LockOptions::new(ms(5_000))
+                .with_shared(shared)
+                .with_wait(ms(20_000));
+            tokio::spawn(async move {
+                for _ in 0..6 {
+                    let section = async {
+                        match shared {
+                            true => room.read(15).await,
+                            false => room.write(15).await,
+                        }
+                    };
+                    if locked {
+                        locker.run(name, &o, async |_| section.await).await.unwrap();
+                    } else {
+                        section.await;
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    room
+}
+
+/// Shared holders run together and an exclusive one alone; the unsafe control (the same tasks
+/// without the lock) does put an exclusive section beside others.
+#[tokio::test]
+async fn shared_holds_run_together_and_an_exclusive_one_runs_alone() {
+    let env = Env::start().await;
+    let room = mixed_load(&env.locker, "catalog", true).await;
+    assert_eq!(
+        room.overlaps.load(Ordering::SeqCst),
+        0,
+        "exclusive beside others"
+    );
+    assert!(
+        room.most_readers.load(Ordering::SeqCst) >= 2,
+        "shared holders never ran together"
+    );
+    let raw = raw_connection(&env.server.url()).await;
+    let left: Vec<String> = query(&raw, redis::cmd("KEYS").arg("lock:{catalog}*")).await;
+    assert!(
+        left.iter().all(|k| k.ends_with(":fence")),
+        "left behind: {left:?}"
+    );
+    let control = mixed_load(&env.locker, "catalog", false).await;
+    assert!(control.overlaps.load(Ordering::SeqCst) > 0, "the control");
+}
+
+/// The number of waiters queued on `name`.
+async fn queued(raw: &redis::aio::MultiplexedConnection, name: &str) -> usize {
+    query(
+        raw,
+        redis::cmd("ZCARD").arg(format!("lock:{{{name}}}:waiters")),
+    )
+    .await
+}
+
+/// A waiting exclusive caller is not starved: a shared caller that comes after it waits behind
+/// it, although the lock is shared meanwhile; the last shared holder's release hands the lock to
+/// the exclusive waiter at once (not when the key would expire).
+#[tokio::test]
+async fn an_exclusive_waiter_goes_before_shared_callers_that_came_after_it() {
+    let env = Env::start().await;
+    let raw = raw_connection(&env.server.url()).await;
+    let shared = LockOptions::new(ms(10_000))
+        .with_shared(true)
+        .with_wait(ms(10_000));
+    let first = env.locker.acquire("rw", &shared).await.unwrap();
+    let exclusive = LockOptions::new(ms(10_000)).with_wait(ms(10_000));
+    let writer = {
+        let locker = env.locker.clone();
+        tokio::spawn(async move {
+            let lease = locker.acquire("rw", &exclusive).await.unwrap();
+            let got = Instant::now();
+            tokio::time::sleep(ms(100)).await;
+            lease.release().await.unwrap();
+            got
+        })
+    };
+    eventually(ms(2_000), "the writer queues", || async {
+        queued(&raw, "rw").await == 1
+    })
+    .await;
+    let reader = {
+        let locker = env.locker.clone();
+        tokio::spawn(async move {
+            let lease = locker.acquire("rw", &shared).await.unwrap();
+            let got = Instant::now();
+            lease.release().await.unwrap();
+            got
+        })
+    };
+    eventually(ms(2_000), "the later reader queues", || async {
+        queued(&raw, "rw").await == 2
+    })
+    .await;
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (writer_got, reader_got) = (writer.await.unwrap(), reader.await.unwrap());
+    assert!(
+        writer_got < reader_got,
+        "the later shared caller went first"
+    );
+    let handed = writer_got - released;
+    assert!(handed < ms(1_000), "handed to the writer after {handed:?}");
+}
+
+/// An exclusive holder's release with shared callers queued lets them all in together, at once.
+#[tokio::test]
+async fn an_exclusive_release_lets_every_queued_shared_caller_in_together() {
+    let env = Env::start().await;
+    let raw = raw_connection(&env.server.url()).await;
+    let writer = env
+        .locker
+        .acquire("rw", &LockOptions::new(ms(10_000)))
+        .await
+        .unwrap();
+    let shared = LockOptions::new(ms(10_000))
+        .with_shared(true)
+        .with_wait(ms(10_000));
+    let room = Arc::new(Room::default());
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (locker, room) = (env.locker.clone(), Arc::clone(&room));
+            tokio::spawn(async move {
+                let lease = locker.acquire("rw", &shared).await.unwrap();
+                let got = Instant::now();
+                room.read(300).await;
+                lease.release().await.unwrap();
+                got
+            })
+        })
+        .collect();
+    eventually(ms(2_000), "the readers queue", || async {
+        queued(&raw, "rw").await == 3
+    })
+    .await;
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    for reader in readers {
+        let waited = reader.await.unwrap() - released;
+        assert!(
+            waited < ms(1_000),
+            "a reader got in {waited:?} after the release"
+        );
+    }
+    assert_eq!(room.most_readers.load(Ordering::SeqCst), 3);
+}
+
+/// A shared holder process killed with SIGKILL frees the lock within its lease: an exclusive
+/// caller gets it then, not after the ttl.
+#[tokio::test]
+async fn a_crashed_shared_holder_frees_the_lock_within_its_lease() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let mut holder = Holder::spawn(
+        "hold",
+        &[
+            ("redis", server.url()),
+            ("name", "crashy".to_owned()),
+            ("ttl", "60000".to_owned()),
+            ("lease", "300".to_owned()),
+            ("shared", "1".to_owned()),
+        ],
+    );
+    let fence = num_field(&holder.expect("acquired", ms(10_000)).await, "fence");
+    assert!(fence > 0);
+    let o = LockOptions::new(ms(1_000));
+    tokio::time::sleep(ms(600)).await;
+    let busy = locker.acquire("crashy", &o).await.unwrap_err();
+    assert!(matches!(busy, LockError::Busy { .. }), "held: {busy}");
+    holder.kill();
+    let killed = Instant::now();
+    let lease = locker
+        .acquire("crashy", &o.with_wait(ms(10_000)))
+        .await
+        .expect("the lock after the crash");
+    let waited = killed.elapsed();
+    assert!(waited <= ms(500), "free {waited:?} after the crash");
+    assert!(lease.fence() > fence);
+}
+
+/// Shared holders with leases of different lengths: the shorter one's renewals never shorten
+/// the key under the longer one.
+#[tokio::test]
+async fn a_shorter_lease_never_shortens_the_key_under_a_longer_one() {
+    let env = Env::start().await;
+    let long = LockOptions::new(ms(10_000))
+        .with_lease(ms(4_000))
+        .with_shared(true);
+    let short = LockOptions::new(ms(10_000))
+        .with_lease(ms(300))
+        .with_shared(true);
+    let a = env.locker.acquire("mixed", &long).await.unwrap();
+    let b = env.locker.acquire("mixed", &short).await.unwrap();
+    let until = Instant::now() + ms(1_000);
+    let mut least = i64::MAX;
+    while Instant::now() < until {
+        least = least.min(env.pttl("lock:{mixed}").await);
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(least > 2_500, "the key's PTTL fell to {least} ms");
+    b.release().await.unwrap();
+    assert!(
+        env.exists("lock:{mixed}").await,
+        "freed with a holder inside"
+    );
+    a.release().await.unwrap();
+    assert!(
+        !env.exists("lock:{mixed}").await,
+        "not freed by the last one"
+    );
+}
+
+/// `shared` with `permits`, and `shared` on Redlock, are `Config` errors that say why.
+#[tokio::test]
+async fn shared_with_permits_and_shared_on_redlock_are_config_errors() {
+    let both = LockOptions::new(ms(5_000))
+        .with_shared(true)
+        .with_permits(2);
+    let err = both.validate().unwrap_err();
+    support::assert_mentions(&err, &["shared", "permits = 2"]);
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let locker = Locker::builder()
+        .urls(servers.iter().map(RedisServer::url))
+        .connect()
+        .await
+        .unwrap();
+    let o = LockOptions::new(ms(5_000)).with_shared(true);
+    let err = locker.acquire("catalog", &o).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    support::assert_mentions(&err, &["catalog", "shared", "Redlock"]);
+}
+
+/// Nested calls: a shared one inside an exclusive hold runs under it; an exclusive one inside a
+/// shared hold is a `Config` error (it would wait for itself).
+#[tokio::test]
+async fn nested_calls_under_a_shared_or_an_exclusive_hold() {
+    let env = Env::start().await;
+    let exclusive = LockOptions::new(ms(5_000));
+    let shared = exclusive.with_shared(true);
+    let (outer, inner) = env
+        .locker
+        .run("nested", &exclusive, async |lease| {
+            let inner = env.locker.run("nested", &shared, async |l| l.fence()).await;
+            (lease.fence(), inner.unwrap())
+        })
+        .await
+        .unwrap();
+    assert_eq!(outer, inner);
+    let err = env
+        .locker
+        .run("nested", &shared, async |_| {
+            env.locker.run("nested", &exclusive, async |_| ()).await
+        })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    support::assert_mentions(&err, &["nested", "shared", "exclusive"]);
+}
+
+/// A shared attempt dropped while its request is on its way leaves the holders about one round
+/// trip later: the lock is free again, not held until the end of its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_attempt_dropped_in_flight_leaves_the_holders() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let locker = Locker::connect(&proxy.url()).await.unwrap();
+    let o = LockOptions::new(ms(60_000)).with_shared(true);
+    support::cycle(&locker, "dropped", &o).await;
+    let raw = raw_connection(&server.url()).await;
+    proxy.delay(ms(100));
+    let dropped = tokio::time::timeout(ms(150), locker.acquire("dropped", &o)).await;
+    assert!(dropped.is_err(), "the attempt finished: {dropped:?}");
+    let holders: usize = query(&raw, redis::cmd("ZCARD").arg("lock:{dropped}:readers")).await;
+    assert_eq!(holders, 1, "the dropped attempt joined the holders");
+    eventually(ms(2_000), "the dropped attempt leaves", || async {
+        !support::exists(&raw, "lock:{dropped}").await
+    })
+    .await;
+}
