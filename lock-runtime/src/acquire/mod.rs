@@ -472,20 +472,7 @@ impl Acquirer {
             };
         self.stale_heads.forget(&keys.key);
         if Instant::now() >= sent + validity {
-            let limit = self.deployment.response_timeout().min(validity);
-            match &held {
-                Held::Shared(_) => self.deployment.forget(keys, &token, HoldKind::Shared),
-                Held::Key | Held::Permit(_) => {
-                    let keys = match held {
-                        Held::Permit(index) => keys.permit(index),
-                        _ => keys.clone(),
-                    };
-                    let abandon =
-                        self.deployment
-                            .abandon(&keys, &token, &granted, Vec::new(), late, limit);
-                    Box::pin(abandon).await;
-                }
-            }
+            Box::pin(self.abandon_expired(keys, &token, &held, &granted, late, validity)).await;
             in_flight.settle();
             return Ok(Attempt::Expired);
         }
@@ -508,6 +495,28 @@ impl Acquirer {
             reader,
         };
         Ok(Attempt::Taken(self.hand_out(name, keys, taken, opts, late)))
+    }
+
+    /// Gives up what a grant that came too late to be of use took.
+    async fn abandon_expired(
+        &self,
+        keys: &Keys,
+        token: &str,
+        held: &Held,
+        granted: &[usize],
+        late: Late,
+        validity: Duration,
+    ) {
+        let limit = self.deployment.response_timeout().min(validity);
+        let keys = match held {
+            Held::Shared(_) => return self.deployment.forget(keys, token, HoldKind::Shared),
+            Held::Permit(index) => keys.permit(*index),
+            Held::Key => keys.clone(),
+        };
+        let abandon = self
+            .deployment
+            .abandon(&keys, token, granted, Vec::new(), late, limit);
+        abandon.await;
     }
 
     /// What an attempt that was not granted comes to: busy (retry after the key's ttl, or after
