@@ -337,3 +337,34 @@ async fn a_shared_attempt_dropped_in_flight_leaves_the_holders() {
     })
     .await;
 }
+
+#[lock_runtime::distributed_lock(name = "catalog:{shop}", ttl = "5s", shared, wait = "5s", locker = locker)]
+async fn read_catalog(locker: &Locker, shop: &str, room: &Room) -> Result<(), LockError> {
+    room.read(50).await;
+    Ok(())
+}
+
+#[lock_runtime::distributed_lock(name = "catalog:{shop}", ttl = "5s", wait = "5s", locker = locker)]
+async fn rebuild_catalog(locker: &Locker, shop: &str, room: &Room) -> Result<(), LockError> {
+    room.write(20).await;
+    Ok(())
+}
+
+/// Through the attribute: `shared` calls run together, a call without it alone.
+#[tokio::test]
+async fn the_attribute_takes_shared_and_exclusive_holds() {
+    let env = Env::start().await;
+    let room = Room::default();
+    let (locker, room) = (&env.locker, &room);
+    let (a, b, c, d) = tokio::join!(
+        read_catalog(locker, "eu", room),
+        read_catalog(locker, "eu", room),
+        rebuild_catalog(locker, "eu", room),
+        read_catalog(locker, "eu", room),
+    );
+    for result in [a, b, c, d] {
+        result.unwrap();
+    }
+    assert_eq!(room.overlaps.load(Ordering::SeqCst), 0);
+    assert!(room.most_readers.load(Ordering::SeqCst) >= 2);
+}

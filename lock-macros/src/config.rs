@@ -29,6 +29,7 @@ pub(crate) struct Config {
     pub wait_ms: Option<u64>,
     pub min_hold_ms: Option<u64>,
     pub permits: Option<u64>,
+    pub shared: bool,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Path,
@@ -83,16 +84,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
     if let Some(guard) = &raw.guard {
         errors.push_result(check_guard(guard, params));
     }
-    let permits = raw.permits.as_ref().and_then(|lit| {
-        let n = lit.base10_parse::<u64>().unwrap_or(0);
-        match lock_rules::check_permits(n) {
-            Some(message) => {
-                errors.push(syn::Error::new(lit.span(), message));
-                None
-            }
-            None => Some(n),
-        }
-    });
+    let permits = permits(&raw, errors);
     let (key_format, key_args) = key?;
     let template = raw.name.clone()?;
     Some(Config {
@@ -106,12 +98,33 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         wait_ms,
         min_hold_ms: min_hold,
         permits,
+        shared: raw.shared.is_some(),
         locker: raw.locker,
         guard: raw.guard,
         krate: raw
             .krate
             .unwrap_or_else(|| syn::parse_quote!(::lock_runtime)),
     })
+}
+
+/// `permits`, checked on its literal, and with `shared` (an error on `shared`).
+fn permits(raw: &RawArgs, errors: &mut Errors) -> Option<u64> {
+    let permits = raw.permits.as_ref().and_then(|lit| {
+        let n = lit.base10_parse::<u64>().unwrap_or(0);
+        match lock_rules::check_permits(n) {
+            Some(message) => {
+                errors.push(syn::Error::new(lit.span(), message));
+                None
+            }
+            None => Some(n),
+        }
+    });
+    if let (Some(shared), Some(n)) = (&raw.shared, permits)
+        && let Some(message) = lock_rules::check_shared(true, n)
+    {
+        errors.push(syn::Error::new(shared.span(), message));
+    }
+    permits
 }
 
 /// Each rule the durations break, as an error on the literal of the option it blames.

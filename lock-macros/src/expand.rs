@@ -274,6 +274,9 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
         let permits = Literal::u32_unsuffixed(permits as u32);
         chain = quote!(#chain.with_permits(#permits));
     }
+    if config.shared {
+        chain = quote!(#chain.with_shared(true));
+    }
     let template = &config.template;
     chain = quote!(#chain.with_template(#template));
     // Without a guard the body cannot see its lease, so nobody could read a fence.

@@ -16,6 +16,7 @@ pub(crate) enum OptionKey {
     Wait,
     MinHold,
     Permits,
+    Shared,
     Locker,
     Guard,
     Crate,
@@ -23,7 +24,7 @@ pub(crate) enum OptionKey {
 
 impl OptionKey {
     /// Every option, in the order the docs list them.
-    pub(crate) const ALL: [Self; 11] = [
+    pub(crate) const ALL: [Self; 12] = [
         Self::Name,
         Self::Ttl,
         Self::Lease,
@@ -32,6 +33,7 @@ impl OptionKey {
         Self::Wait,
         Self::MinHold,
         Self::Permits,
+        Self::Shared,
         Self::Locker,
         Self::Guard,
         Self::Crate,
@@ -48,6 +50,7 @@ impl OptionKey {
             Self::Wait => "wait",
             Self::MinHold => "min_hold",
             Self::Permits => "permits",
+            Self::Shared => "shared",
             Self::Locker => "locker",
             Self::Guard => "guard",
             Self::Crate => "crate",
@@ -65,6 +68,7 @@ impl OptionKey {
             Self::Wait => "how long to wait for a busy lock",
             Self::MinHold => "how long the key is kept at least",
             Self::Permits => "how many may hold it at once",
+            Self::Shared => "a shared hold of a read-write lock",
             Self::Locker => "the `Locker` to use",
             Self::Guard => "a name for the `&Lease` in the body",
             Self::Crate => "the path to lock_runtime",
@@ -97,6 +101,7 @@ impl OptionKey {
             "lockatleastfor" | "hold" | "minhold" => &[Self::MinHold],
             "client" | "connection" | "redis" => &[Self::Locker],
             "semaphore" | "maxconcurrent" | "concurrency" | "limit" | "slots" => &[Self::Permits],
+            "read" | "reader" | "readlock" | "readonly" | "readwrite" | "rwlock" => &[Self::Shared],
             _ => &[],
         }
     }
@@ -201,7 +206,7 @@ mod tests {
         assert_eq!(
             unknown("color"),
             "unknown option `color`; the options are name, ttl, lease, max_exec, renew, wait, \
-             min_hold, permits, locker, guard, crate"
+             min_hold, permits, shared, locker, guard, crate"
         );
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct RawArgs {
     pub wait: Option<LitStr>,
     pub min_hold: Option<LitStr>,
     pub permits: Option<LitInt>,
+    /// `shared` as written (a bare flag, or `shared = true`), when the hold is shared.
+    pub shared: Option<Ident>,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Option<Path>,
@@ -48,11 +50,12 @@ impl RawArgs {
     }
 }
 
-/// One `key = value`. The value is read as an expression whatever the key, so that an unknown or
-/// mistyped key still parses and every error of the list is reported at once.
+/// One `key = value`, or a bare `key` (a flag: `shared`). The value is read as an expression
+/// whatever the key, so that an unknown or mistyped key still parses and every error of the list
+/// is reported at once.
 struct Arg {
     key: Ident,
-    value: Expr,
+    value: Option<Expr>,
 }
 
 impl Parse for Arg {
@@ -65,13 +68,16 @@ impl Parse for Arg {
         // `parse_any` so that the keyword `crate` is accepted as a key.
         let key = Ident::parse_any(input)?;
         if !input.peek(Token![=]) {
+            if input.is_empty() || input.peek(Token![,]) {
+                return Ok(Self { key, value: None });
+            }
             return Err(syn::Error::new(
                 key.span(),
                 format!("expected `=` after `{key}`: write `{key} = ...`"),
             ));
         }
         input.parse::<Token![=]>()?;
-        let value = input.parse()?;
+        let value = Some(input.parse()?);
         Ok(Self { key, value })
     }
 }
@@ -101,6 +107,20 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
             continue;
         }
         raw.seen.push(option);
+        let value = match (value, option) {
+            (None, OptionKey::Shared) => {
+                raw.shared = Some(key);
+                continue;
+            }
+            (Some(value), _) => value,
+            (None, _) => {
+                errors.push(syn::Error::new(
+                    key.span(),
+                    format!("expected `=` after `{name}`: write `{name} = ...`"),
+                ));
+                continue;
+            }
+        };
         let result = match option {
             OptionKey::Name => set(
                 &mut raw.name,
@@ -113,6 +133,7 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
             OptionKey::Wait => set(&mut raw.wait, duration(value)),
             OptionKey::MinHold => set(&mut raw.min_hold, duration(value)),
             OptionKey::Permits => set(&mut raw.permits, count(value)),
+            OptionKey::Shared => flag(value).map(|on| raw.shared = on.then_some(key)),
             OptionKey::Locker => set(&mut raw.locker, Ok(value)),
             OptionKey::Guard => set(&mut raw.guard, guard(value)),
             OptionKey::Crate => set(&mut raw.krate, crate_path(value)),
@@ -156,6 +177,18 @@ fn duration(value: Expr) -> syn::Result<LitStr> {
         value,
         "a string like \"30s\" (durations are written \"250ms\", \"30s\", \"1m 30s\")",
     )
+}
+
+fn flag(value: Expr) -> syn::Result<bool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => Ok(b.value),
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected `true` or `false`, or the bare flag: `shared`",
+        )),
+    }
 }
 
 fn count(value: Expr) -> syn::Result<LitInt> {

@@ -17,6 +17,18 @@ async fn partner_call() -> Result<(), LockError> {
     Ok(())
 }
 
+// Many readers or one writer: shared holds run together, an exclusive one alone.
+#[distributed_lock(name = "catalog", ttl = "30s", shared, wait = "5s")]
+async fn read_catalog() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(name = "catalog", ttl = "30s", shared = false, wait = "5s")]
+async fn rebuild_catalog() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {
     let _ = (nightly(), report(), partner_call());
+    let _ = (read_catalog(), rebuild_catalog());
 }
