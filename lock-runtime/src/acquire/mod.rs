@@ -334,7 +334,14 @@ impl Acquirer {
             Err(LockError::Busy { name, waited }) => {
                 let template = wait.opts.template();
                 let mode = wait.opts.mode();
-                telemetry::busy(telemetry::Label { template, name, mode }, *waited)
+                telemetry::busy(
+                    telemetry::Label {
+                        template,
+                        name,
+                        mode,
+                    },
+                    *waited,
+                )
             }
             Err(_) => {}
         }
