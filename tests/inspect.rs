@@ -212,3 +212,246 @@ async fn the_value_stored_in_the_key_names_this_process_and_its_label() {
     assert!(again.token().ends_with(identity));
     again.release().await.unwrap();
 }
+
+/// Three holders of a lock with 3 permits, each from a locker of its own label.
+async fn three_permit_holders(env: &Env, name: &str) -> Vec<lock_runtime::Lease> {
+    // Renewed every second: a holder whose permit is taken away learns it soon.
+    let o = LockOptions::new(ms(3_000)).with_permits(3);
+    let mut leases = Vec::new();
+    for label in ["p0", "p1", "p2"] {
+        let locker = labelled(env, label).await;
+        leases.push(locker.acquire(name, &o).await.unwrap());
+    }
+    leases
+}
+
+/// `(permit, label, value)` of each holder `info` shows.
+fn permit_holders(info: &lock_runtime::LockInfo) -> Vec<(Option<u32>, String, String)> {
+    info.holders
+        .iter()
+        .map(|h| {
+            assert!(!h.shared, "{h:?}");
+            let label = h.holder.as_ref().and_then(|h| h.label.clone());
+            (h.permit, label.unwrap_or_default(), h.value.clone())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_permit_holder_is_shown_and_the_lock_is_listed_once() {
+    let env = Env::start().await;
+    let leases = three_permit_holders(&env, "pool").await;
+    let plain = env
+        .locker
+        .acquire("plain", &LockOptions::new(ms(10_000)))
+        .await
+        .unwrap();
+
+    let info = env.locker.inspect("pool").await.unwrap().unwrap();
+    assert_eq!(info.permits, Some(3));
+    assert_eq!(info.state, LockState::Held);
+    // Each takes the first free permit, so the holders are in the order they came.
+    let expected: Vec<_> = leases
+        .iter()
+        .zip(0..)
+        .map(|(l, i)| (Some(i), format!("p{i}"), l.token().to_owned()))
+        .collect();
+    assert_eq!(permit_holders(&info), expected);
+    for h in &info.holders {
+        assert_eq!(h.holder.as_ref().unwrap().pid, std::process::id());
+        assert_eq!(h.fence, None, "the counter does not tell a permit's fence");
+        let ttl = h.ttl_left.unwrap();
+        assert!(ttl > ms(1_000) && ttl <= ms(3_000), "{ttl:?}");
+    }
+    // The lock's own fields describe the first holder.
+    assert_eq!(info.value, leases[0].token());
+    assert_eq!(info.holder.as_ref().unwrap().label.as_deref(), Some("p0"));
+    assert!(info.fence >= Some(leases[2].fence()), "{info:?}");
+    // An exclusive lock shows its one holder the same way.
+    let one = env.locker.inspect("plain").await.unwrap().unwrap();
+    assert_eq!((one.permits, one.holders.len()), (None, 1));
+    assert_eq!(one.holders[0].value, plain.token());
+    assert_eq!(
+        (one.holders[0].permit, one.holders[0].shared),
+        (None, false)
+    );
+
+    let names = |infos: Vec<lock_runtime::LockInfo>| -> Vec<String> {
+        infos.into_iter().map(|i| i.name).collect()
+    };
+    assert_eq!(
+        names(env.locker.list("*").await.unwrap()),
+        ["plain", "pool"]
+    );
+    assert_eq!(names(env.locker.list("po*").await.unwrap()), ["pool"]);
+    let listed = env.locker.list("pool").await.unwrap();
+    assert_eq!(listed[0].holders.len(), 3);
+
+    // Plain keys: the permits' keys are outside the prefix, and found all the same.
+    let plain_keys = env
+        .locker_with(|b| b.key_format(lock_runtime::KeyFormat::Plain))
+        .await;
+    let o = LockOptions::new(ms(10_000)).with_permits(2);
+    let outside = plain_keys.acquire("plain-pool", &o).await.unwrap();
+    let found = plain_keys.list("plain-*").await.unwrap();
+    assert_eq!(names(found.clone()), ["plain-pool"]);
+    assert_eq!(found[0].holders[0].value, outside.token());
+    outside.release().await.unwrap();
+
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    // The count stays (as the fence counter does); with no permit held the lock is free.
+    assert!(env.exists(&format!("{}:permits", env.key("pool"))).await);
+    assert_eq!(env.locker.inspect("pool").await.unwrap(), None);
+    assert_eq!(names(env.locker.list("*").await.unwrap()), ["plain"]);
+    plain.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_of_a_permit_holders_value_frees_that_permit_only() {
+    let env = Env::start().await;
+    let leases = three_permit_holders(&env, "pool").await;
+    let info = env.locker.inspect("pool").await.unwrap().unwrap();
+    let victim = info.holders[1].clone();
+    assert_eq!(victim.value, leases[1].token());
+
+    // A value no permit holds (and not the lock's key either) deletes nothing.
+    assert!(!env.locker.force_release("pool", "nobody").await.unwrap());
+    let unchanged = env.locker.inspect("pool").await.unwrap().unwrap();
+    assert_eq!(permit_holders(&unchanged), permit_holders(&info));
+    // A caller waiting for a permit is told when one is freed.
+    let waiter = labelled(&env, "p3").await;
+    let waiting = tokio::spawn(async move {
+        let o = LockOptions::new(ms(3_000))
+            .with_permits(3)
+            .with_wait(ms(10_000));
+        waiter.acquire("pool", &o).await.unwrap()
+    });
+
+    assert!(
+        env.locker
+            .force_release("pool", &victim.value)
+            .await
+            .unwrap()
+    );
+    let lost = tokio::time::timeout(ms(5_000), leases[1].lost()).await;
+    assert_eq!(lost.unwrap(), lock_runtime::LostReason::NotOwner);
+    assert!(leases[0].is_held() && leases[2].is_held());
+    let taken = tokio::time::timeout(ms(10_000), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    let after = env.locker.inspect("pool").await.unwrap().unwrap();
+    let labels: Vec<_> = permit_holders(&after)
+        .into_iter()
+        .map(|(permit, label, _)| (permit, label))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            (Some(0), "p0".to_owned()),
+            (Some(1), "p3".to_owned()),
+            (Some(2), "p2".to_owned())
+        ]
+    );
+    assert_eq!(after.holders[1].value, taken.token());
+    // The value released by force is nowhere now: a second try deletes nothing.
+    assert!(
+        !env.locker
+            .force_release("pool", &victim.value)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        env.locker
+            .inspect("pool")
+            .await
+            .unwrap()
+            .unwrap()
+            .holders
+            .len(),
+        3
+    );
+    for lease in [taken, leases.into_iter().next().unwrap()] {
+        lease.release().await.unwrap();
+    }
+}
+
+/// A shared hold as the engine keeps it: the key holds `shared:<first holder's value>`, the
+/// holders are in `<key>:readers` scored by their fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_hold_is_read_as_its_shared_holders_with_their_fences() {
+    let env = Env::start().await;
+    // Real holder values, from leases of two labelled lockers (released at once).
+    let mut values = Vec::new();
+    for label in ["reader-a", "reader-b"] {
+        let locker = labelled(&env, label).await;
+        let lease = locker
+            .acquire(&format!("{label}-once"), &LockOptions::new(ms(10_000)))
+            .await
+            .unwrap();
+        values.push(lease.token().to_owned());
+        lease.release().await.unwrap();
+    }
+    // Fences as the clock-based counter gives them (µs since the epoch, exact in a score).
+    let fences = [1_750_000_000_000_017_u64, 1_750_000_000_000_018];
+    let key = env.key("doc");
+    let set = redis::cmd("SET")
+        .arg(&key)
+        .arg(format!("shared:{}", values[0]))
+        .arg("PX")
+        .arg(10_000)
+        .clone();
+    let () = query(&env.raw, &set).await;
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(format!("{key}:readers"));
+    for (fence, value) in fences.iter().zip(&values) {
+        zadd.arg(*fence).arg(value);
+    }
+    let _: i64 = query(&env.raw, &zadd).await;
+
+    let info = env.locker.inspect("doc").await.unwrap().unwrap();
+    assert_eq!(info.state, LockState::Shared);
+    assert_eq!(info.value, format!("shared:{}", values[0]));
+    assert_eq!(
+        info.holder.as_ref().unwrap().label.as_deref(),
+        Some("reader-a")
+    );
+    let holders: Vec<_> = info
+        .holders
+        .iter()
+        .map(|h| {
+            let label = h.holder.as_ref().and_then(|h| h.label.as_deref());
+            (h.shared, h.permit, label, h.value.as_str(), h.fence)
+        })
+        .collect();
+    assert_eq!(
+        holders,
+        [
+            (
+                true,
+                None,
+                Some("reader-a"),
+                values[0].as_str(),
+                Some(fences[0])
+            ),
+            (
+                true,
+                None,
+                Some("reader-b"),
+                values[1].as_str(),
+                Some(fences[1])
+            ),
+        ]
+    );
+    for h in &info.holders {
+        let ttl = h.ttl_left.unwrap();
+        assert!(ttl > ms(5_000) && ttl <= ms(10_000), "{ttl:?}");
+    }
+    // Listed once, under its name: the set of its holders is no lock.
+    let listed = env.locker.list("*").await.unwrap();
+    let names: Vec<_> = listed.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["doc"]);
+    assert_eq!(listed[0].holders.len(), 2);
+}

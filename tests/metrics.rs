@@ -1,6 +1,6 @@
 //! The `metrics` feature: counters, histograms and the held-leases gauge, labelled by the name's
-//! template, read back through the facade's debugging recorder (one test per binary: the
-//! recorder is global).
+//! template and the mode of the hold, read back through the facade's debugging recorder (one
+//! test per binary: the recorder is global).
 
 pub mod support;
 
@@ -22,51 +22,80 @@ async fn slow(locker: &Locker, id: u32) -> Result<(), LockError> {
     Ok(())
 }
 
-/// Every metric so far: `(name, lock label) -> value`, counters and gauges as numbers,
-/// histograms as their number of samples. A debugging snapshot hands each value over once (it
-/// resets counters and gauges to 0 and drains histograms), so the snapshots are added up.
+/// A metric's name and its `lock` and `mode` labels.
+type Series = (String, String, String);
+
+/// Every metric so far: `(name, lock label, mode label) -> value`, counters and gauges as
+/// numbers, histograms as their number of samples. A debugging snapshot hands each value over
+/// once (it resets counters and gauges to 0 and drains histograms), so the snapshots are added
+/// up.
 struct Totals {
     snapshotter: metrics_util::debugging::Snapshotter,
-    totals: std::sync::Mutex<HashMap<(String, String), f64>>,
+    totals: std::sync::Mutex<HashMap<Series, f64>>,
 }
 
 impl Totals {
-    fn get(&self, name: &str, lock: &str) -> f64 {
+    /// The series so far, with the latest snapshot added.
+    fn all(&self) -> std::sync::MutexGuard<'_, HashMap<Series, f64>> {
         let mut totals = self.totals.lock().unwrap();
         for (key, v) in snapshot(&self.snapshotter) {
             *totals.entry(key).or_insert(0.0) += v;
         }
         totals
-            .get(&(name.to_owned(), lock.to_owned()))
-            .copied()
-            .unwrap_or(0.0)
+    }
+
+    /// The value of `name` for the lock label `lock`, whatever its mode.
+    fn get(&self, name: &str, lock: &str) -> f64 {
+        self.all()
+            .iter()
+            .filter(|((n, l, _), _)| n == name && l == lock)
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The value of `name` for the lock label `lock` in `mode`.
+    fn get_in(&self, name: &str, lock: &str, mode: &str) -> f64 {
+        let key = (name.to_owned(), lock.to_owned(), mode.to_owned());
+        self.all().get(&key).copied().unwrap_or(0.0)
+    }
+
+    /// The modes recorded for the lock label `lock`, sorted.
+    fn modes(&self, lock: &str) -> Vec<String> {
+        let mut modes: Vec<String> = self
+            .all()
+            .keys()
+            .filter(|(_, l, _)| l == lock)
+            .map(|(_, _, mode)| mode.clone())
+            .collect();
+        modes.sort();
+        modes.dedup();
+        modes
     }
 
     fn labels(&self) -> Vec<String> {
-        let _ = self.get("", "");
-        let totals = self.totals.lock().unwrap();
-        totals.keys().map(|(_, lock)| lock.clone()).collect()
+        self.all().keys().map(|(_, lock, _)| lock.clone()).collect()
     }
 }
 
-fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<((String, String), f64)> {
+fn snapshot(snapshotter: &metrics_util::debugging::Snapshotter) -> Vec<(Series, f64)> {
     snapshotter
         .snapshot()
         .into_vec()
         .into_iter()
         .map(|(key, _, _, value)| {
             let key = key.key();
-            let lock = key
-                .labels()
-                .find(|l| l.key() == "lock")
-                .map(|l| l.value().to_owned())
-                .unwrap_or_default();
+            let label = |name: &str| {
+                key.labels()
+                    .find(|l| l.key() == name)
+                    .map(|l| l.value().to_owned())
+                    .unwrap_or_default()
+            };
             let v = match value {
                 DebugValue::Counter(n) => n as f64,
                 DebugValue::Gauge(g) => g.into_inner(),
                 DebugValue::Histogram(samples) => samples.len() as f64,
             };
-            ((key.name().to_owned(), lock), v)
+            ((key.name().to_owned(), label("lock"), label("mode")), v)
         })
         .collect()
 }
@@ -142,4 +171,46 @@ async fn metrics_count_each_outcome_by_template() {
     assert_eq!(m.get("lock_release_failures_total", "frozen"), 1.0);
     // Every invoice lease ended: the gauge of the template is back to 0.
     assert_eq!(m.get("lock_leases_held", "invoice:{id}"), 0.0);
+
+    permits_are_labelled_by_their_mode(&env, &m).await;
+}
+
+/// Three holders of a lock with 3 permits are counted under `mode="permits"`, a fourth caller's
+/// `Busy` too; the exclusive locks of the test before are `mode="exclusive"`.
+async fn permits_are_labelled_by_their_mode(env: &Env, m: &Totals) {
+    assert_eq!(
+        m.get_in("lock_acquired_total", "invoice:{id}", "exclusive"),
+        10.0
+    );
+    assert_eq!(
+        m.get_in("lock_acquired_total", "invoice:{id}", "permits"),
+        0.0
+    );
+    let o = LockOptions::new(ms(5_000)).with_permits(3);
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(env.locker.acquire("pool", &o).await.unwrap());
+    }
+    assert_eq!(m.get_in("lock_acquired_total", "pool", "permits"), 3.0);
+    assert_eq!(m.get_in("lock_leases_held", "pool", "permits"), 3.0);
+    let err = env.locker.acquire("pool", &o).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert_eq!(m.get_in("lock_busy_total", "pool", "permits"), 1.0);
+    assert_eq!(m.get_in("lock_wait_seconds", "pool", "permits"), 4.0);
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    assert_eq!(m.get_in("lock_leases_held", "pool", "permits"), 0.0);
+    assert_eq!(m.get_in("lock_hold_seconds", "pool", "permits"), 3.0);
+    // Every series has both labels, and each lock label one mode (no name is used both ways
+    // here).
+    assert!(m.modes("").is_empty(), "a series without a lock label");
+    for lock in m.labels() {
+        let expected = if lock == "pool" {
+            "permits"
+        } else {
+            "exclusive"
+        };
+        assert_eq!(m.modes(&lock), [expected], "{lock}");
+    }
 }

@@ -11,7 +11,7 @@ mod target;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lock_runtime::{LockInfo, Locker};
+use lock_runtime::{Holding, LockInfo, Locker};
 use tokio::time::Instant;
 
 use target::{Flags, Source, Target};
@@ -23,10 +23,12 @@ commands:
   list [PATTERN]                    locks held now whose names match PATTERN (glob, default *),
                                     with their holders and how long they have held them
   inspect NAME                      holder (host, pid, label), held since, fence, time left,
-                                    waiters
+                                    waiters; every holder of a shared hold (with its fence) or
+                                    of a lock's permits (permit i of N)
   watch NAME [--for D] [--every D]  print each change of holder and waiters as it happens
   release NAME --force [--token T]  delete the key, only if it still holds the value shown
-                                    (or, with --token, the holder with that token)
+                                    (or, with --token, the holder with that token); of a lock
+                                    with several permits held, free the one --token names
 
 SERVER (a flag wins over the environment; give one kind):
   --url URL                         one server; several --url (or URL,URL..) for Redlock
@@ -240,14 +242,14 @@ async fn watch(
     json: bool,
 ) -> Result<(), lock_runtime::LockError> {
     let began = Instant::now();
-    let mut last: Option<Option<(String, Vec<String>)>> = None;
+    let mut last: Option<Option<(Vec<String>, Vec<String>)>> = None;
     loop {
         let info = locker.inspect(name).await?;
+        // Every holder's value (a lock with permits or a shared hold has several).
         let now = info.as_ref().map(|i| {
-            (
-                i.value.clone(),
-                i.waiters.iter().map(|w| w.id.clone()).collect(),
-            )
+            let mut values = vec![i.value.clone()];
+            values.extend(i.holders.iter().map(|h| h.value.clone()));
+            (values, i.waiters.iter().map(|w| w.id.clone()).collect())
         });
         if last.as_ref() != Some(&now) {
             println!(
@@ -286,38 +288,27 @@ async fn release(
         );
         return Ok(ExitCode::from(USAGE_ERROR));
     }
-    if let Some(token) = token
-        && !holds(&info, token)
-    {
-        println!(
-            "{}",
-            render::outcome(
-                name,
-                "refused",
-                &format!(
-                    "the holder changed: it is now {}, not the one with token {token}; nothing was deleted",
-                    render::holder_text(&info)
-                ),
-                Some(&info),
-                json
-            )
+    let holding = match chosen(&info, token) {
+        Ok(holding) => holding,
+        Err(refusal) => return Ok(refuse(name, &info, refusal, json)),
+    };
+    let released = if render::several(&info) {
+        format!(
+            "freed {}, held by {}",
+            render::holding_mode(&info, holding),
+            render::holding_who(holding)
+        )
+    } else {
+        format!("deleted the key held by {}", render::holder_text(&info))
+    };
+    if locker.force_release(name, &holding.value).await? {
+        let message = format!(
+            "{released}; its waiters were woken, and the holder, if it still runs, learns at its \
+             next renewal that it lost the lock"
         );
-        return Ok(ExitCode::from(REFUSED));
-    }
-    if locker.force_release(name, &info.value).await? {
         println!(
             "{}",
-            render::outcome(
-                name,
-                "released",
-                &format!(
-                    "deleted the key held by {}; its waiters were woken, and the holder, if it \
-                     still runs, learns at its next renewal that it lost the lock",
-                    render::holder_text(&info)
-                ),
-                Some(&info),
-                json
-            )
+            render::outcome(name, "released", &message, Some(&info), json)
         );
         Ok(ExitCode::SUCCESS)
     } else {
@@ -335,9 +326,67 @@ async fn release(
     }
 }
 
-/// Whether `token` names the lease in `info`: its full value, or its token.
-fn holds(info: &LockInfo, token: &str) -> bool {
-    info.value == token || info.holder.as_ref().is_some_and(|h| h.token == token)
+/// Why `release --force` does not release.
+enum Refusal {
+    /// `--token` names no holder of the lock now.
+    Changed(String),
+    /// Several hold the lock and no `--token` says which.
+    Which,
+    /// A shared holder: its hold is released by the shared holders themselves.
+    Shared,
+}
+
+/// The holder that `release` releases: the one `token` names (its full value, or its token),
+/// or, without a token, the only one.
+fn chosen<'a>(info: &'a LockInfo, token: Option<&str>) -> Result<&'a Holding, Refusal> {
+    let holding = match token {
+        Some(token) => info
+            .holders
+            .iter()
+            .find(|h| h.value == token || h.holder.as_ref().is_some_and(|h| h.token == token))
+            .ok_or_else(|| Refusal::Changed(token.to_owned()))?,
+        None => match info.holders.as_slice() {
+            [only] => only,
+            _ => return Err(Refusal::Which),
+        },
+    };
+    if holding.shared {
+        return Err(Refusal::Shared);
+    }
+    Ok(holding)
+}
+
+/// Says why nothing was released; the exit code.
+fn refuse(name: &str, info: &LockInfo, refusal: Refusal, json: bool) -> ExitCode {
+    let holders = render::holder_text(info);
+    let (message, code) = match refusal {
+        Refusal::Changed(token) => (
+            format!(
+                "the holder changed: it is now {holders}, not the one with token {token}; \
+                 nothing was deleted"
+            ),
+            REFUSED,
+        ),
+        Refusal::Which => (
+            format!(
+                "it is held by {holders}; name the one to release with --token; nothing was \
+                 deleted"
+            ),
+            USAGE_ERROR,
+        ),
+        Refusal::Shared => (
+            format!(
+                "it is a shared hold ({holders}); a shared holder is not released by force; \
+                 nothing was deleted"
+            ),
+            REFUSED,
+        ),
+    };
+    println!(
+        "{}",
+        render::outcome(name, "refused", &message, Some(info), json)
+    );
+    ExitCode::from(code)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::{Holder, LockInfo, LockState, Waiting};
+use lock_runtime::{Holder, Holding, LockInfo, LockState, Waiting};
 
 /// `web-1 pid 1234 (billing)`.
 fn who(h: &Holder) -> String {
@@ -19,8 +19,87 @@ fn waiter_text(w: &Waiting) -> String {
     w.holder.as_ref().map_or_else(|| w.id.clone(), who)
 }
 
-/// `web-1 pid 1234 (billing)`, or what the value is when it is not a holder's.
+/// Whether the lock is held by holders that hold it together: shared holders, or the holders
+/// of its permits. Such a lock is shown holder by holder; an exclusive lock as one holder.
+pub(crate) fn several(info: &LockInfo) -> bool {
+    info.holders.iter().any(|h| h.shared || h.permit.is_some())
+}
+
+/// How the lock is held: `exclusive`, `shared` or `permits`.
+fn lock_mode(info: &LockInfo) -> &'static str {
+    if info.state == LockState::Shared {
+        "shared"
+    } else if info.holders.iter().any(|h| h.permit.is_some()) {
+        "permits"
+    } else {
+        "exclusive"
+    }
+}
+
+/// How one holder holds the lock: `permit 1 of 3`, `shared` or `exclusive`.
+pub(crate) fn holding_mode(info: &LockInfo, h: &Holding) -> String {
+    match (h.permit, info.permits) {
+        (Some(i), Some(n)) => format!("permit {i} of {n}"),
+        (Some(i), None) => format!("permit {i}"),
+        _ if h.shared => "shared".to_owned(),
+        _ => "exclusive".to_owned(),
+    }
+}
+
+/// `web-1 pid 1234 (billing)` for one holder, or what its value is when it is not a holder's.
+pub(crate) fn holding_who(h: &Holding) -> String {
+    match &h.holder {
+        Some(holder) if h.value.ends_with(":released") => {
+            format!("{} (released, kept for min_hold)", who(holder))
+        }
+        Some(holder) => who(holder),
+        None => format!("another client (value {:?})", h.value),
+    }
+}
+
+/// `shared by 2` or `2 of 3 permits held`.
+fn holders_summary(info: &LockInfo) -> String {
+    let n = info.holders.len();
+    match info.permits {
+        _ if info.state == LockState::Shared => format!("shared by {n}"),
+        Some(of) => format!("{n} of {of} permits held"),
+        None => format!("{n} permits held"),
+    }
+}
+
+/// One of several holders: `permit 1 of 3  web-1 pid 1234 (billing)  fence 17  held 12s (since
+/// ..)  ttl 4.9s`, with its token when asked.
+pub(crate) fn holding_text(info: &LockInfo, h: &Holding, token: bool) -> String {
+    let mut out = format!("{}  {}", holding_mode(info, h), holding_who(h));
+    if let Some(fence) = h.fence {
+        let _ = write!(out, "  fence {fence}");
+    }
+    if let Some(since) = h.holder.as_ref().map(|h| h.since) {
+        let _ = write!(
+            out,
+            "  held {} (since {})",
+            duration_text(held_for(since)),
+            utc_text(since)
+        );
+    }
+    let _ = write!(out, "  ttl {}", ttl_text(h.ttl_left));
+    if let Some(holder) = h.holder.as_ref().filter(|_| token) {
+        let _ = write!(out, "  token {}", holder.token);
+    }
+    out
+}
+
+/// `web-1 pid 1234 (billing)`, or what the value is when it is not a holder's; for a lock held
+/// by several, each with how it holds it.
 pub(crate) fn holder_text(info: &LockInfo) -> String {
+    if several(info) {
+        let each: Vec<String> = info
+            .holders
+            .iter()
+            .map(|h| format!("{}: {}", holding_mode(info, h), holding_who(h)))
+            .collect();
+        return format!("{}: {}", holders_summary(info), each.join(", "));
+    }
     match (&info.state, &info.holder) {
         (LockState::Held, Some(h)) => who(h),
         (LockState::MinHold, Some(h)) => format!("{} (released, kept for min_hold)", who(h)),
@@ -104,6 +183,7 @@ fn ttl_text(ttl: Option<Duration>) -> String {
 fn state_name(state: &LockState) -> &'static str {
     match state {
         LockState::Held => "held",
+        LockState::Shared => "shared",
         LockState::MinHold => "min_hold",
         LockState::HandedOver { .. } => "handed_over",
         _ => "foreign",
@@ -126,6 +206,21 @@ pub(crate) fn list(locks: &[LockInfo], json: bool) -> String {
         .min(40);
     let mut out = String::new();
     for l in locks {
+        if several(l) {
+            // A shared hold has one key, and so one time left; permits have one each.
+            let ttl = if l.state == LockState::Shared {
+                format!("  ttl {}", ttl_text(l.ttl_left))
+            } else {
+                String::new()
+            };
+            let summary = holders_summary(l);
+            let waiting = l.waiters.len();
+            let _ = writeln!(out, "{:width$}  {summary}{ttl}  {waiting} waiting", l.name);
+            for h in &l.holders {
+                let _ = writeln!(out, "  - {}", holding_text(l, h, false));
+            }
+            continue;
+        }
         let held = held_text(l).map_or_else(String::new, |h| format!("  {h}"));
         let _ = writeln!(
             out,
@@ -155,14 +250,32 @@ pub(crate) fn inspect(name: &str, info: Option<&LockInfo>, json: bool) -> String
     let _ = writeln!(out, "name      {}", info.name);
     let _ = writeln!(out, "key       {}", info.key);
     let _ = writeln!(out, "state     {}", state_name(&info.state));
-    let _ = writeln!(out, "holder    {}", holder_text(info));
-    if let Some(held) = held_text(info) {
-        let _ = writeln!(out, "held      {}", held.trim_start_matches("held "));
+    if several(info) {
+        inspect_several(&mut out, info);
+    } else {
+        inspect_one(&mut out, info);
     }
-    if let Some(h) = &info.holder {
-        let _ = writeln!(out, "token     {}", h.token);
+    let _ = write!(out, "waiters   {}", info.waiters.len());
+    for (i, w) in info.waiters.iter().enumerate() {
+        let _ = write!(out, "\n  {}. {}", i + 1, waiter_text(w));
     }
-    match info.fence {
+    out
+}
+
+/// The lines of `inspect` for a lock held by several: each holder, with how it holds the lock.
+fn inspect_several(out: &mut String, info: &LockInfo) {
+    let _ = writeln!(out, "holders   {}", holders_summary(info));
+    for h in &info.holders {
+        let _ = writeln!(out, "  - {}", holding_text(info, h, true));
+    }
+    fence_line(out, info.fence);
+    if info.state == LockState::Shared {
+        let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
+    }
+}
+
+fn fence_line(out: &mut String, fence: Option<u64>) {
+    match fence {
         Some(f) => {
             let _ = writeln!(out, "fence     {f} (last recorded)");
         }
@@ -170,12 +283,19 @@ pub(crate) fn inspect(name: &str, info: Option<&LockInfo>, json: bool) -> String
             let _ = writeln!(out, "fence     none recorded yet");
         }
     }
-    let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
-    let _ = write!(out, "waiters   {}", info.waiters.len());
-    for (i, w) in info.waiters.iter().enumerate() {
-        let _ = write!(out, "\n  {}. {}", i + 1, waiter_text(w));
+}
+
+/// The lines of `inspect` for an exclusive lock: its holder.
+fn inspect_one(out: &mut String, info: &LockInfo) {
+    let _ = writeln!(out, "holder    {}", holder_text(info));
+    if let Some(held) = held_text(info) {
+        let _ = writeln!(out, "held      {}", held.trim_start_matches("held "));
     }
-    out
+    if let Some(h) = &info.holder {
+        let _ = writeln!(out, "token     {}", h.token);
+    }
+    fence_line(out, info.fence);
+    let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
 }
 
 /// One line of `watch`: the time since it started and the new state.
@@ -193,7 +313,10 @@ pub(crate) fn change(name: &str, at: Duration, info: Option<&LockInfo>, json: bo
         None => format!("+{secs:.3}s  {name}: free"),
         Some(i) => {
             let waiters: Vec<String> = i.waiters.iter().map(waiter_text).collect();
-            let held = held_text(i).map_or_else(String::new, |h| format!("  {h}"));
+            // Several holders were each taken at their own time.
+            let held = held_text(i)
+                .filter(|_| !several(i))
+                .map_or_else(String::new, |h| format!("  {h}"));
             format!(
                 "+{secs:.3}s  {name}: {}{held}  waiting: [{}]",
                 holder_text(i),
@@ -223,16 +346,54 @@ pub(crate) fn outcome(
     format!("{what}: `{name}`: {message}")
 }
 
-fn info_json(i: &LockInfo) -> String {
-    let holder = |h: &Holder| {
-        format!(
-            "{{\"host\":{},\"pid\":{},\"label\":{},\"token\":{}}}",
-            quote(&h.host),
-            h.pid,
-            h.label.as_deref().map_or_else(|| "null".to_owned(), quote),
-            quote(&h.token)
-        )
+/// A holder as JSON: `{"host":..,"pid":..,"label":..,"token":..}`.
+fn holder_json(h: &Holder) -> String {
+    format!(
+        "{{\"host\":{},\"pid\":{},\"label\":{},\"token\":{}}}",
+        quote(&h.host),
+        h.pid,
+        h.label.as_deref().map_or_else(|| "null".to_owned(), quote),
+        quote(&h.token)
+    )
+}
+
+/// A number, or `null`.
+fn opt(n: Option<u128>) -> String {
+    n.map_or_else(|| "null".to_owned(), |n| n.to_string())
+}
+
+/// Since when, and for how long, as `"held_since_ms":..,"held_for_ms":..`.
+fn held_json(since: Option<SystemTime>) -> String {
+    format!(
+        "\"held_since_ms\":{},\"held_for_ms\":{}",
+        opt(since.map(|s| s.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis())),
+        opt(since.map(|s| held_for(s).as_millis()))
+    )
+}
+
+/// One holder as JSON, with how it holds the lock: `"mode"` is `exclusive`, `shared` or
+/// `permit` (then `"permit"` is its number).
+fn holding_json(h: &Holding) -> String {
+    let mode = match h.permit {
+        Some(_) => "permit",
+        None if h.shared => "shared",
+        None => "exclusive",
     };
+    format!(
+        "{{\"mode\":{},\"permit\":{},\"holder\":{},\"value\":{},{},\"fence\":{},\"ttl_left_ms\":{}}}",
+        quote(mode),
+        opt(h.permit.map(u128::from)),
+        h.holder
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), holder_json),
+        quote(&h.value),
+        held_json(h.holder.as_ref().map(|h| h.since)),
+        opt(h.fence.map(u128::from)),
+        opt(h.ttl_left.map(|t| t.as_millis())),
+    )
+}
+
+fn info_json(i: &LockInfo) -> String {
     let waiters: Vec<String> = i
         .waiters
         .iter()
@@ -240,24 +401,29 @@ fn info_json(i: &LockInfo) -> String {
             format!(
                 "{{\"id\":{},\"holder\":{}}}",
                 quote(&w.id),
-                w.holder.as_ref().map_or_else(|| "null".to_owned(), holder)
+                w.holder
+                    .as_ref()
+                    .map_or_else(|| "null".to_owned(), holder_json)
             )
         })
         .collect();
-    let opt = |n: Option<u128>| n.map_or_else(|| "null".to_owned(), |n| n.to_string());
-    let since = held_since(i);
+    let holders: Vec<String> = i.holders.iter().map(holding_json).collect();
     format!(
-        "{{\"name\":{},\"key\":{},\"held\":true,\"state\":{},\"holder\":{},\"value\":{},\"held_since_ms\":{},\"held_for_ms\":{},\"fence\":{},\"ttl_left_ms\":{},\"waiters\":[{}]}}",
+        "{{\"name\":{},\"key\":{},\"held\":true,\"state\":{},\"holder\":{},\"value\":{},{},\"fence\":{},\"ttl_left_ms\":{},\"waiters\":[{}],\"mode\":{},\"permits\":{},\"holders\":[{}]}}",
         quote(&i.name),
         quote(&i.key),
         quote(state_name(&i.state)),
-        i.holder.as_ref().map_or_else(|| "null".to_owned(), holder),
+        i.holder
+            .as_ref()
+            .map_or_else(|| "null".to_owned(), holder_json),
         quote(&i.value),
-        opt(since.map(|s| s.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis())),
-        opt(since.map(|s| held_for(s).as_millis())),
+        held_json(held_since(i)),
         opt(i.fence.map(u128::from)),
         opt(i.ttl_left.map(|t| t.as_millis())),
-        waiters.join(",")
+        waiters.join(","),
+        quote(lock_mode(i)),
+        opt(i.permits.map(u128::from)),
+        holders.join(",")
     )
 }
 

@@ -369,3 +369,122 @@ async fn watch_shows_a_hand_off() {
     watch.kill().unwrap();
     let _ = watch.wait();
 }
+
+/// A lock with 3 permits, 2 held: `inspect` and `list` show each holder as `permit i of 3`, and
+/// `release --force` frees the one `--token` names (without it, it asks which). A shared hold,
+/// written as the engine keeps it: each shared holder with its fence, and not released by force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_holder_is_shown_with_its_mode() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let o = LockOptions::new(Duration::from_secs(30)).with_permits(3);
+    let (a, b) = (labelled(&url, "a").await, labelled(&url, "b").await);
+    let first = a.acquire("pool", &o).await.unwrap();
+    let second = b.acquire("pool", &o).await.unwrap();
+    let pid = std::process::id();
+
+    let text = stdout(&lockctl(&url, &["inspect", "pool"]));
+    assert!(text.contains("holders   2 of 3 permits held"), "{text}");
+    for (i, label, lease) in [(0, "a", &first), (1, "b", &second)] {
+        let line = format!("  - permit {i} of 3  vm pid {pid} ({label})  held ");
+        let at = text
+            .find(&line.replace("vm", &host_of(lease.token())))
+            .unwrap_or_else(|| panic!("{line} in {text}"));
+        let token = lease.token().split(';').next().unwrap();
+        assert!(
+            text[at..].lines().next().unwrap().ends_with(token),
+            "{text}"
+        );
+    }
+    let listed = stdout(&lockctl(&url, &["list"]));
+    assert_eq!(listed.matches("pool").count(), 1, "{listed}");
+    assert!(
+        listed.starts_with("pool  2 of 3 permits held  0 waiting\n"),
+        "{listed}"
+    );
+    assert!(listed.contains("  - permit 1 of 3  "), "{listed}");
+    let json = stdout(&lockctl(&url, &["--json", "inspect", "pool"]));
+    assert_eq!(json_field(&json, "mode"), Some("permits"), "{json}");
+    assert_eq!(json_field(&json, "permits"), Some("3"), "{json}");
+    assert_eq!(
+        json.matches("{\"mode\":\"permit\",\"permit\":").count(),
+        2,
+        "{json}"
+    );
+
+    // Two hold it: release asks which, then frees the one named.
+    let out = lockctl(&url, &["release", "pool", "--force"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stdout(&out).contains("--token"), "{out:?}");
+    assert!(first.is_held() && second.is_held());
+    let token = second.token().split(';').next().unwrap();
+    let out = lockctl(&url, &["release", "pool", "--force", "--token", token]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("freed permit 1 of 3, held by"),
+        "{out:?}"
+    );
+    let left = stdout(&lockctl(&url, &["inspect", "pool"]));
+    assert!(left.contains("holders   1 of 3 permits held"), "{left}");
+    assert!(!left.contains("permit 1 of 3"), "{left}");
+    first.release().await.unwrap();
+
+    shared_holders_are_shown_with_their_fences(&url, &a, &b).await;
+}
+
+/// The host name in a holder's value (`;h=<host>;`).
+fn host_of(value: &str) -> String {
+    let at = value.find(";h=").unwrap() + 3;
+    value[at..].split(';').next().unwrap().to_owned()
+}
+
+async fn shared_holders_are_shown_with_their_fences(url: &str, a: &Locker, b: &Locker) {
+    let mut values = Vec::new();
+    for locker in [a, b] {
+        let lease = locker
+            .acquire("once", &LockOptions::new(Duration::from_secs(30)))
+            .await
+            .unwrap();
+        values.push(lease.token().to_owned());
+        lease.release().await.unwrap();
+    }
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let key = a.key_of("doc");
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(&key)
+        .arg(format!("shared:{}", values[0]))
+        .arg("PX")
+        .arg(30_000)
+        .cmd("ZADD")
+        .arg(format!("{key}:readers"))
+        .arg(41)
+        .arg(&values[0])
+        .arg(42)
+        .arg(&values[1]);
+    let () = pipe.query_async(&mut raw).await.unwrap();
+
+    let text = stdout(&lockctl(url, &["inspect", "doc"]));
+    assert!(text.contains("state     shared\n"), "{text}");
+    assert!(text.contains("holders   shared by 2\n"), "{text}");
+    assert!(text.contains(" (a)  fence 41  held "), "{text}");
+    assert!(text.contains(" (b)  fence 42  held "), "{text}");
+    assert_eq!(text.matches("  - shared  ").count(), 2, "{text}");
+    let listed = stdout(&lockctl(url, &["list", "doc*"]));
+    assert!(listed.starts_with("doc  shared by 2  ttl "), "{listed}");
+    let json = stdout(&lockctl(url, &["--json", "inspect", "doc"]));
+    assert_eq!(json_field(&json, "mode"), Some("shared"), "{json}");
+    assert!(
+        json.contains("\"mode\":\"shared\",\"permit\":null"),
+        "{json}"
+    );
+    assert!(json.contains("\"fence\":42,"), "{json}");
+    let token = values[1].split(';').next().unwrap();
+    let out = lockctl(url, &["release", "doc", "--force", "--token", token]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(stdout(&out).contains("shared hold"), "{out:?}");
+}

@@ -100,6 +100,27 @@ impl Deployment {
         Err(self.unavailable(name, 0, vec![(0, failure)]))
     }
 
+    /// An operator's compare-and-delete of `value` on the permit of the lock `keys` that holds
+    /// it, its waiters told; false when the name keeps no count of permits or no permit holds
+    /// `value` (nothing touched). One logical server only, where permits are.
+    pub(crate) async fn force_release_permit(
+        &self,
+        name: &str,
+        keys: &Keys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        let Some(node) = self.alone() else {
+            return Ok(false);
+        };
+        let count = node.permit_count(keys).await;
+        let Some(permits) = count.map_err(|e| node.redis_error(name, e))? else {
+            return Ok(false);
+        };
+        node.forget_permit(keys, permits, value)
+            .await
+            .map_err(|e| node.redis_error(name, e))
+    }
+
     /// Frees, in the background, the permit that `token` may hold (an attempt whose outcome is
     /// not known).
     pub(super) fn forget_permit(&self, keys: &Keys, token: &str, permits: u32) {

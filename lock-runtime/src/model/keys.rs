@@ -23,6 +23,9 @@ pub(crate) struct Keys<K = String> {
     base: (usize, usize),
 }
 
+/// What a permit's key adds to its lock's derived names, before the permit's number.
+const PERMIT: &str = ":permit:";
+
 /// A name derived from a lock key: the key (braced for a plain key) and a suffix.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Derived<'a> {
@@ -108,7 +111,7 @@ impl<K: AsRef<str>> Keys<K> {
     /// The key of permit `index` of a lock with `permits = N`: a lock key of its own (held,
     /// renewed and released as a lock's key is), whose derived names are the lock's.
     pub(crate) fn permit(&self, index: u32) -> Keys<String> {
-        let named = self.derived(":permit:");
+        let named = self.derived(PERMIT);
         let key = format!("{named}{index}");
         // The lock's key inside the permit's: after the brace of a plain key's derived name.
         let start = usize::from(self.braced);
@@ -206,6 +209,29 @@ impl KeyFormat {
     /// The glob that matches the keys of the names that match `pattern`.
     pub(crate) fn glob(self, prefix: &str, pattern: &str) -> String {
         self.key(prefix, pattern)
+    }
+
+    /// The glob that matches the permit keys (see [`Keys::permit`]) of the names that match
+    /// `pattern`: a lock with permits has no key of its own while held.
+    pub(crate) fn permit_glob(self, prefix: &str, pattern: &str) -> String {
+        let key = self.key(prefix, pattern);
+        match self {
+            Self::HashTagged => format!("{key}{PERMIT}*"),
+            Self::Plain => format!("{{{key}}}{PERMIT}*"),
+        }
+    }
+
+    /// The lock name of `key` when it is the key of one of its permits (see [`Keys::permit`]).
+    pub(crate) fn name_of_permit(self, prefix: &str, key: &str) -> Option<String> {
+        let (lock, index) = key.rsplit_once(PERMIT)?;
+        if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let lock = match self {
+            Self::HashTagged => lock,
+            Self::Plain => lock.strip_prefix('{')?.strip_suffix('}')?,
+        };
+        self.name_of(prefix, lock)
     }
 }
 
@@ -350,6 +376,26 @@ mod tests {
             let again = Keys::with_base(one.key.clone(), format, one.base());
             assert_eq!(again.fence().to_string(), lock.fence().to_string());
             assert_ne!(lock.permit(1).key, one.key);
+            // `list` finds a lock with permits by its permits' keys, under the lock's name.
+            assert_eq!(
+                format.name_of_permit("lock:", &one.key).as_deref(),
+                Some("job")
+            );
+            assert_eq!(format.name_of("lock:", &one.key), None);
+            assert_eq!(format.name_of_permit("lock:", key), None);
+            assert_eq!(
+                format.permit_glob("lock:", "j*"),
+                permit.replace("job", "j*").replace('2', "*")
+            );
+            for derived in [lock.permit_count(), lock.readers(), lock.fence()] {
+                let derived = derived.to_string();
+                assert_eq!(format.name_of_permit("lock:", &derived), None, "{derived}");
+                if format == KeyFormat::HashTagged {
+                    assert_eq!(format.name_of("lock:", &derived), None, "{derived}");
+                } else {
+                    assert!(!derived.starts_with("lock:"), "{derived}");
+                }
+            }
             // One hash tag, so one Redis Cluster slot (a plain key's names share `{<key>}`).
             let tag = |k: &str| k[k.find('{').unwrap()..=k.find('}').unwrap()].to_owned();
             assert_eq!(tag(&one.key), tag(&lock.fence().to_string()), "{format:?}");

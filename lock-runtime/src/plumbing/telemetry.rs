@@ -1,7 +1,10 @@
 //! What the engine tells an operator: `tracing` events, and (feature `metrics`) counters,
-//! histograms and a gauge through the `metrics` facade. Every metric is labelled `lock` with the
+//! histograms and a gauge through the `metrics` facade. Every metric has two labels: `lock`, the
 //! name's template (see [`LockOptions::with_template`](crate::LockOptions::with_template)), or
-//! the name itself when no template was given.
+//! the name itself when no template was given; and `mode`, how the lease holds the lock:
+//! `exclusive`, `shared` or `permits` (see [`LockOptions::mode`](crate::LockOptions::mode)), so
+//! that the shared holders of a read-write lock and the holders of a semaphore are told apart
+//! from exclusive ones. Every event carries the same `mode` field.
 //!
 //! | metric | kind | when |
 //! |--------|------|------|
@@ -19,7 +22,7 @@ use std::time::Duration;
 
 use crate::LostReason;
 
-/// The `lock` label of a call: its template if it has one, else its name.
+/// The labels of a call: `lock` (its template if it has one, else its name) and `mode`.
 #[derive(Clone, Copy)]
 pub(crate) struct Label<'a> {
     pub template: Option<&'static str>,
@@ -55,10 +58,11 @@ pub(crate) fn acquired(label: Label<'_>, fence: u64, begun: tokio::time::Instant
     #[cfg(feature = "metrics")]
     {
         let lock = label.value();
-        metrics::counter!("lock_acquired_total", "lock" => lock.clone()).increment(1);
-        metrics::histogram!("lock_wait_seconds", "lock" => lock.clone())
+        metrics::counter!("lock_acquired_total", "lock" => lock.clone(), "mode" => label.mode)
+            .increment(1);
+        metrics::histogram!("lock_wait_seconds", "lock" => lock.clone(), "mode" => label.mode)
             .record(waited().as_secs_f64());
-        metrics::gauge!("lock_leases_held", "lock" => lock).increment(1.0);
+        metrics::gauge!("lock_leases_held", "lock" => lock, "mode" => label.mode).increment(1.0);
     }
 }
 
@@ -66,14 +70,17 @@ pub(crate) fn busy(label: Label<'_>, waited: Duration) {
     // TRACE: the caller gets `Busy` (a `()` job logs its skip at DEBUG itself).
     tracing::trace!(
         lock = label.name,
+        mode = label.mode,
         waited_ms = waited.as_millis() as u64,
         "lock busy: held elsewhere"
     );
     #[cfg(feature = "metrics")]
     {
         let lock = label.value();
-        metrics::counter!("lock_busy_total", "lock" => lock.clone()).increment(1);
-        metrics::histogram!("lock_wait_seconds", "lock" => lock).record(waited.as_secs_f64());
+        metrics::counter!("lock_busy_total", "lock" => lock.clone(), "mode" => label.mode)
+            .increment(1);
+        metrics::histogram!("lock_wait_seconds", "lock" => lock, "mode" => label.mode)
+            .record(waited.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
     let _ = waited;
@@ -84,9 +91,9 @@ pub(crate) fn ended(label: Label<'_>, started: tokio::time::Instant) {
     #[cfg(feature = "metrics")]
     {
         let lock = label.value();
-        metrics::histogram!("lock_hold_seconds", "lock" => lock.clone())
+        metrics::histogram!("lock_hold_seconds", "lock" => lock.clone(), "mode" => label.mode)
             .record(started.elapsed().as_secs_f64());
-        metrics::gauge!("lock_leases_held", "lock" => lock).decrement(1.0);
+        metrics::gauge!("lock_leases_held", "lock" => lock, "mode" => label.mode).decrement(1.0);
     }
     // Without metrics nothing is recorded (not even the clock read).
     #[cfg(not(feature = "metrics"))]
@@ -97,11 +104,13 @@ pub(crate) fn lost(label: Label<'_>, reason: LostReason) {
     tracing::warn!(
         lock = label.name,
         template = label.template,
+        mode = label.mode,
         %reason,
         "lock lost while held; the body is cancelled"
     );
     #[cfg(feature = "metrics")]
-    metrics::counter!("lock_lost_total", "lock" => label.value()).increment(1);
+    metrics::counter!("lock_lost_total", "lock" => label.value(), "mode" => label.mode)
+        .increment(1);
 }
 
 /// The release found the key no longer ours: the body ran to its end, partly without the lock.
@@ -109,41 +118,47 @@ pub(crate) fn lost_at_release(label: Label<'_>) {
     tracing::warn!(
         lock = label.name,
         template = label.template,
+        mode = label.mode,
         "the release found the key no longer holding this lease's token (expired, deleted or \
          taken over while the body ran): the body ran partly without the lock"
     );
     #[cfg(feature = "metrics")]
-    metrics::counter!("lock_lost_total", "lock" => label.value()).increment(1);
+    metrics::counter!("lock_lost_total", "lock" => label.value(), "mode" => label.mode)
+        .increment(1);
 }
 
 pub(crate) fn max_exec(label: Label<'_>, max_exec: Duration) {
     tracing::warn!(
         lock = label.name,
+        mode = label.mode,
         ?max_exec,
         "the body ran past max_exec and was cancelled"
     );
     #[cfg(feature = "metrics")]
-    metrics::counter!("lock_max_exec_total", "lock" => label.value()).increment(1);
+    metrics::counter!("lock_max_exec_total", "lock" => label.value(), "mode" => label.mode)
+        .increment(1);
 }
 
 pub(crate) fn released(label: Label<'_>) {
-    tracing::debug!(lock = label.name, "lock released");
+    tracing::debug!(lock = label.name, mode = label.mode, "lock released");
 }
 
 pub(crate) fn release_failed(label: Label<'_>, error: &dyn std::fmt::Display) {
     tracing::warn!(
         lock = label.name,
+        mode = label.mode,
         %error,
         "release failed; unless the release reached the server after all, the key stays until \
          its ttl runs out"
     );
     #[cfg(feature = "metrics")]
-    metrics::counter!("lock_release_failures_total", "lock" => label.value()).increment(1);
+    metrics::counter!("lock_release_failures_total", "lock" => label.value(), "mode" => label.mode)
+        .increment(1);
 }
 
 pub(crate) fn renewed(label: Label<'_>, round_trip: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!("lock_renewal_seconds", "lock" => label.value())
+    metrics::histogram!("lock_renewal_seconds", "lock" => label.value(), "mode" => label.mode)
         .record(round_trip.as_secs_f64());
     #[cfg(not(feature = "metrics"))]
     let _ = (label, round_trip);

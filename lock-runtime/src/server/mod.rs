@@ -34,7 +34,7 @@ mod setup;
 mod shared;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
-pub(crate) use permits::PermitReply;
+pub(crate) use permits::{PermitReply, parse_count};
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous

@@ -91,14 +91,25 @@ impl Node {
         })
     }
 
+    /// The number of permits the holders of the lock `keys` agree on; `None` when none is
+    /// kept (or the key holds something else than a count).
+    pub(crate) async fn permit_count(&self, keys: &Keys) -> RedisResult<Option<u32>> {
+        let mut pipe = redis::pipe();
+        // A key of another type reads as no count, not as an error.
+        pipe.ignore_errors().cmd("GET").arg(keys.permit_count());
+        let replies: Vec<RedisResult<Option<String>>> = self.query_pipeline(&pipe).await?;
+        let count = replies.into_iter().next().and_then(Result::ok).flatten();
+        Ok(count.and_then(|n| parse_count(&n)))
+    }
+
     /// Frees the permit that `token` holds, if any, and tells the waiters (see
-    /// [`scripts::FORGET_PERMIT`]).
+    /// [`scripts::FORGET_PERMIT`]); true when a permit held it.
     pub(crate) async fn forget_permit(
         &self,
         keys: &Keys,
         permits: u32,
         token: &str,
-    ) -> RedisResult<()> {
+    ) -> RedisResult<bool> {
         let slots = permit_keys(keys, permits);
         let publish = self.publish_command();
         let bytes = slots.len() * (keys.key.len() + 20) + token.len() + 80;
@@ -108,11 +119,19 @@ impl Node {
         }
         cmd.arg(token).arg(keys.channel()).arg(publish);
         let limit = self.settings.response_timeout;
-        let _: (Value, _) = self
+        let (freed, _): (Value, _) = self
             .eval(&scripts::FORGET_PERMIT, &cmd, None, limit)
             .await?;
-        Ok(())
+        Ok(freed == Value::Int(1))
     }
+}
+
+/// A count of permits as kept at `Keys::permit_count`: a number from 1 to the most allowed.
+pub(crate) fn parse_count(count: &str) -> Option<u32> {
+    let n: u32 = count.parse().ok()?;
+    (1..=lock_rules::MAX_PERMITS)
+        .contains(&u64::from(n))
+        .then_some(n)
 }
 
 /// The keys of permits 0 to `permits - 1` of the lock `keys`.

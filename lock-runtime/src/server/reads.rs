@@ -1,6 +1,8 @@
 //! Plain reads of a lock's keys, for inspection: one command, one pipeline, or a SCAN of every
 //! primary.
 
+use std::collections::BTreeSet;
+
 use redis::{Cmd, FromRedisValue, RedisResult};
 
 use super::Node;
@@ -26,10 +28,16 @@ impl Node {
             .await
     }
 
-    /// Up to `limit` keys matching `pattern` (SCAN, in batches of `COUNT 1000`), from every
-    /// primary that holds keys of this deployment.
-    pub(crate) async fn scan(&self, pattern: &str, limit: usize) -> RedisResult<Vec<String>> {
-        let mut out = Vec::new();
+    /// The names `name_of` finds in the keys matching `pattern` (SCAN, in batches of
+    /// `COUNT 1000`), from every primary that holds keys of this deployment; the scan stops
+    /// once `limit` names are found (several keys, such as a lock's permits, may name one).
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        limit: usize,
+        name_of: impl Fn(&str) -> Option<String>,
+    ) -> RedisResult<BTreeSet<String>> {
+        let mut out = BTreeSet::new();
         let scan = |cursor: u64| {
             let mut cmd = redis::cmd("SCAN");
             cmd.arg(cursor)
@@ -38,6 +46,11 @@ impl Node {
                 .arg("COUNT")
                 .arg(1000);
             cmd
+        };
+        // Adds the names of `keys`; true once there are enough.
+        let found = |out: &mut BTreeSet<String>, keys: Vec<String>| {
+            out.extend(keys.iter().filter_map(|k| name_of(k)));
+            out.len() >= limit
         };
         match self.link.cluster() {
             Some(cluster) => {
@@ -58,9 +71,7 @@ impl Node {
                         .await?;
                         let (next, keys): (u64, Vec<String>) =
                             FromRedisValue::from_redis_value(reply)?;
-                        out.extend(keys);
-                        if out.len() >= limit {
-                            out.truncate(limit);
+                        if found(&mut out, keys) {
                             return Ok(out);
                         }
                         if next == 0 {
@@ -69,20 +80,18 @@ impl Node {
                         cursor = next;
                     }
                 }
-                Ok(out)
             }
             None => {
                 let mut cursor = 0;
                 loop {
                     let (next, keys): (u64, Vec<String>) = self.query(&scan(cursor)).await?;
-                    out.extend(keys);
-                    if next == 0 || out.len() >= limit {
-                        out.truncate(limit);
-                        return Ok(out);
+                    if found(&mut out, keys) || next == 0 {
+                        break;
                     }
                     cursor = next;
                 }
             }
         }
+        Ok(out)
     }
 }

@@ -467,6 +467,8 @@ local index = taken - 3
 /// KEYS: the keys of permits 0 to N - 1. ARGV: 1 the token of an attempt whose outcome is not
 /// known (its caller was dropped mid-request), 2 the lock's release channel, 3 `PUBLISH` or
 /// `SPUBLISH`. Deletes the permit that holds the token, if any, and then tells the waiters.
+/// Returns 1 when a permit held it, else 0. An operator's forced release of a permit's value is
+/// the same.
 pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
