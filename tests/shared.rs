@@ -368,3 +368,30 @@ async fn the_attribute_takes_shared_and_exclusive_holds() {
     assert_eq!(room.overlaps.load(Ordering::SeqCst), 0);
     assert!(room.most_readers.load(Ordering::SeqCst) >= 2);
 }
+
+/// `inspect` shows every shared holder with its fence, and the lock as shared; the metrics label
+/// the mode.
+#[tokio::test]
+async fn inspect_shows_every_shared_holder() {
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(5_000)).with_shared(true);
+    let a = env.locker.acquire("seen", &o).await.unwrap();
+    let b = env.locker.acquire("seen", &o).await.unwrap();
+    let info = env.locker.inspect("seen").await.unwrap().expect("held");
+    assert_eq!(info.state, lock_runtime::LockState::Shared);
+    let mut seen: Vec<(String, Option<u64>, bool)> = info
+        .holders
+        .iter()
+        .map(|h| (h.value.clone(), h.fence, h.shared))
+        .collect();
+    seen.sort();
+    let mut expected = vec![
+        (a.token().to_owned(), Some(a.fence()), true),
+        (b.token().to_owned(), Some(b.fence()), true),
+    ];
+    expected.sort();
+    assert_eq!(seen, expected);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    assert!(env.locker.inspect("seen").await.unwrap().is_none());
+}
