@@ -278,3 +278,95 @@ async fn the_attribute_takes_a_permit() {
     }
     assert_eq!(inside.most.load(Ordering::SeqCst), 2);
 }
+
+/// Waiters for permits are served in arrival order: each release hands its permit to the first
+/// waiter in line (by id, at once), and a caller that comes later, even one that does not wait,
+/// does not cut in.
+#[tokio::test]
+async fn permit_waiters_are_served_in_arrival_order() {
+    let env = Env::start().await;
+    let raw = raw_connection(&env.server.url()).await;
+    let o = LockOptions::new(ms(10_000)).with_permits(2);
+    let mut held = vec![
+        env.locker.acquire("fifo", &o).await.unwrap(),
+        env.locker.acquire("fifo", &o).await.unwrap(),
+    ];
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3usize {
+        let (locker, order) = (env.locker.clone(), Arc::clone(&order));
+        let o = o.with_wait(ms(10_000));
+        waiters.push(tokio::spawn(async move {
+            let lease = locker.acquire("fifo", &o).await.unwrap();
+            order.lock().unwrap().push(i);
+            lease
+        }));
+        eventually(ms(2_000), "the waiter queues", || async {
+            let queued: usize = query(&raw, redis::cmd("ZCARD").arg("lock:{fifo}:waiters")).await;
+            queued == i + 1
+        })
+        .await;
+    }
+    for _ in 0..2 {
+        let before = order.lock().unwrap().len();
+        let released = Instant::now();
+        held.remove(0).release().await.unwrap();
+        let cut_in = env.locker.acquire("fifo", &o).await;
+        assert!(matches!(cut_in, Err(LockError::Busy { .. })), "{cut_in:?}");
+        eventually(ms(1_000), "the first in line gets the permit", || async {
+            order.lock().unwrap().len() > before
+        })
+        .await;
+        assert!(released.elapsed() < ms(1_000));
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        [0, 1],
+        "served out of arrival order"
+    );
+    let (first, second) = (
+        waiters.remove(0).await.unwrap(),
+        waiters.remove(0).await.unwrap(),
+    );
+    first.release().await.unwrap();
+    let third = waiters.remove(0).await.unwrap();
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
+    second.release().await.unwrap();
+    third.release().await.unwrap();
+}
+
+/// A permit that comes free without a release (its holder crashed, and its key expired) goes to
+/// the first waiter in line: a caller that does not queue, trying again and again meanwhile,
+/// never gets it first.
+#[tokio::test]
+async fn a_permit_freed_by_expiry_goes_to_the_first_in_line() {
+    let env = Env::start().await;
+    let raw = raw_connection(&env.server.url()).await;
+    let o = LockOptions::new(ms(10_000)).with_permits(2);
+    let held = env.locker.acquire("expiry", &o).await.unwrap();
+    // The other permit, held by a holder that crashed: it expires in 400 ms.
+    let crashed = held.token().replacen(&held.token()[..4], "dead", 1);
+    support::set_for(&env, "lock:{expiry}:permit:1", &crashed, ms(400)).await;
+    let waiter = {
+        let (locker, o) = (env.locker.clone(), o.with_wait(ms(5_000)));
+        tokio::spawn(async move { locker.acquire("expiry", &o).await.map(|l| l.fence()) })
+    };
+    eventually(ms(2_000), "the waiter queues", || async {
+        let queued: usize = query(&raw, redis::cmd("ZCARD").arg("lock:{expiry}:waiters")).await;
+        queued == 1
+    })
+    .await;
+    let mut cut_in = 0;
+    while !waiter.is_finished() {
+        if let Ok(lease) = env.locker.acquire("expiry", &o).await {
+            cut_in += 1;
+            lease.release().await.unwrap();
+        }
+        tokio::time::sleep(ms(2)).await;
+    }
+    assert!(waiter.await.unwrap().unwrap() > held.fence());
+    assert_eq!(
+        cut_in, 0,
+        "a caller that came later took the freed permit first"
+    );
+}

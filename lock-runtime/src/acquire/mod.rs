@@ -185,12 +185,12 @@ impl Acquirer {
     fn begin<'a>(&self, key: String, name: String, opts: &'a LockOptions) -> Wait<'a> {
         let keys = self.deployment.keys(key);
         let place = match self.deployment.queue_node() {
-            // A lock with permits has no queue yet: its waiters retry at each release.
-            Some(node)
-                if !opts.wait().is_zero() && !matches!(opts.kind(), HoldKind::Permits(_)) =>
-            {
-                Some(QueuePlace::new(node, &keys, &self.waiter_suffix))
-            }
+            Some(node) if !opts.wait().is_zero() => Some(QueuePlace::new(
+                node,
+                &keys,
+                &self.waiter_suffix,
+                opts.kind(),
+            )),
             _ => None,
         };
         let begun = Instant::now();

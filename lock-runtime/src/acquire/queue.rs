@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::model::keys::Keys;
+use crate::model::options::HoldKind;
 use crate::server::{Node, Waiter};
 
 /// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
@@ -31,10 +32,12 @@ pub(crate) struct QueuePlace {
     /// The token of this waiter's last attempt and when it was sent: a release may grant the
     /// lock to it (see `scripts::RELEASE`).
     pub(crate) last: Option<(String, Instant)>,
+    /// What the waiter waits for: with permits, a release hands one of the permits' keys over.
+    kind: HoldKind,
 }
 
 impl QueuePlace {
-    pub(crate) fn new(node: &Arc<Node>, keys: &Keys, suffix: &str) -> Self {
+    pub(crate) fn new(node: &Arc<Node>, keys: &Keys, suffix: &str, kind: HoldKind) -> Self {
         Self {
             node: Arc::clone(node),
             keys: keys.clone(),
@@ -45,6 +48,7 @@ impl QueuePlace {
             },
             queued: false,
             last: None,
+            kind,
         }
     }
 
@@ -80,7 +84,14 @@ impl QueuePlace {
         let waiter = std::mem::take(&mut self.waiter.id);
         let previous = std::mem::take(&mut self.waiter.previous);
         let last = self.last.take().map(|(token, _)| token);
+        let kind = self.kind;
         Some(async move {
+            if let HoldKind::Permits(n) = kind {
+                // A permit handed to this waiter by id goes on to the next one.
+                let _ = node.leave_queue(&keys, &waiter, [None, None]).await;
+                let _ = node.forget_permit(&keys, n, &format!("~{waiter}")).await;
+                return;
+            }
             let previous = Some(previous.as_str()).filter(|p| !p.is_empty());
             let _ = node
                 .leave_queue(&keys, &waiter, [last.as_deref(), previous])
@@ -234,7 +245,12 @@ mod tests {
             attempt(&node, &keys, &holder, None).await,
             AcquireReply::Taken { .. }
         ));
-        let mut place = QueuePlace::new(&node, &keys, &format!("{suffix};grants=00"));
+        let mut place = QueuePlace::new(
+            &node,
+            &keys,
+            &format!("{suffix};grants=00"),
+            crate::model::options::HoldKind::Exclusive,
+        );
         // A long grace: a grant left behind would stay for a minute, not expire under the test.
         place.waiter.grace = Duration::from_secs(60);
         let first = crate::model::holder::value(&suffix);

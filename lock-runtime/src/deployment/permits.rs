@@ -52,8 +52,8 @@ impl Deployment {
         let request = AcquireRequest {
             token: ask.token,
             ttl_ms: ask.ttl_ms,
-            waiter: None,
-            evict: None,
+            waiter: ask.waiter,
+            evict: ask.evict,
             fence_quantum: self.traits.fence_quantum_us,
             fence_retention_ms: self.fence_retention_ms,
             limit: self.per_node_limit(ask.validity),
@@ -75,6 +75,9 @@ impl Deployment {
                     pttl,
                     nodes: vec![0],
                 });
+            }
+            Ok(PermitReply::NotOurTurn { head, state }) => {
+                return Ok(Acquired::NotOurTurn { head, state });
             }
             Ok(PermitReply::Disagree { agreed }) => {
                 return Err(LockError::config(

@@ -19,6 +19,9 @@ pub(crate) enum PermitReply {
     Taken { fence: u64, permit: u32 },
     /// Every permit is held; the soonest expiry among them, when one has an expiry.
     Busy { pttl: Option<Duration> },
+    /// A permit is free, but waiters queued before this caller come first: the first of them
+    /// and its state.
+    NotOurTurn { head: String, state: String },
     /// The name's holders use `permits = agreed`.
     Disagree { agreed: String },
     /// The count or the fence counter holds data that is not ours; nothing was changed.
@@ -36,10 +39,13 @@ impl Node {
         req: &AcquireRequest<'_>,
     ) -> RedisResult<PermitReply> {
         let slots = permit_keys(keys, permits);
-        let numkeys = 2 + slots.len();
-        let bytes = numkeys * (keys.key.len() + 20) + 100;
-        let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 5, bytes);
-        cmd.arg(keys.permit_count()).arg(keys.fence());
+        let numkeys = 4 + slots.len();
+        let bytes = numkeys * (keys.key.len() + 20) + 200;
+        let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 9, bytes);
+        cmd.arg(keys.permit_count())
+            .arg(keys.fence())
+            .arg(keys.queue())
+            .arg(keys.queue_states());
         for slot in &slots {
             cmd.arg(&slot.key);
         }
@@ -48,6 +54,13 @@ impl Node {
             .arg(req.fence_quantum)
             .arg(req.fence_retention_ms)
             .arg(permits);
+        if let Some(waiter) = req.waiter {
+            let (evict, seen) = req.evict.unwrap_or(("", ""));
+            cmd.arg(&waiter.id)
+                .arg(waiter.grace.as_millis() as u64)
+                .arg(evict)
+                .arg(seen);
+        }
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
         let (reply, acked): (Vec<Value>, _) = self
@@ -78,6 +91,10 @@ impl Node {
             }
             0 => PermitReply::Busy {
                 pttl: u64::try_from(int(1)).ok().map(Duration::from_millis),
+            },
+            2 => PermitReply::NotOurTurn {
+                head: text(1),
+                state: text(2),
             },
             -3 => PermitReply::Disagree { agreed: text(1) },
             -1 => PermitReply::Foreign {

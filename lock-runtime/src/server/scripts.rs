@@ -301,6 +301,9 @@ if head then
     return grant
   end
   if state and string.match(state, '^%S+ %d+$') then
+    -- Out of the queue: a second release meanwhile hands its key to the next in line.
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', queue .. ':state', head)
     local grace = string.match(state, ' (%d+)$')
     redis.call('SET', key, '~' .. head, 'PX', grace)
     redis.call(publish, channel, '~' .. head)
@@ -354,8 +357,10 @@ end
 ///   waiters of its locker listen to), else on `<key>:released`: that waiter holds the lock as
 ///   soon as the message reaches it, with no attempt of its own (one round trip less per
 ///   hand-off), and the others sleep on (any other message wakes every waiter). A waiter whose
-///   queue state has no ttl (`<nonce> <grace ms>`) is handed the lock by id instead: the key
-///   holds `~<waiter id>` for its grace, taken by the waiter's next attempt. A counter that is
+///   queue state has no ttl (`<nonce> <grace ms>`: a shared caller, or one waiting for a permit)
+///   is handed the lock by id instead, and leaves the queue (a second release meanwhile goes to
+///   the next in line): the key holds `~<waiter id>` for its grace, taken by the waiter's next
+///   attempt. A counter that is
 ///   not a number is not touched (the DEL path: the waiter's attempt reports it). With nobody
 ///   queued nobody listens (a waiter queues before it waits), so nothing is published.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -415,52 +420,102 @@ return 1
     ))
 });
 
-/// KEYS: 1 the count the name's holders agree on, 2 fence counter, then the keys of permits 0 to
-/// N - 1 (see `Keys::permit`). ARGV: 1 value (the token), 2 ttl ms, 3 fence quantum µs, 4 fence
-/// counter retention ms (0: forever), as `ACQUIRE`'s first four; 5 N.
+/// KEYS: 1 the count the name's holders agree on, 2 fence counter, 3 waiter queue, 4 waiter
+/// states, then the keys of permits 0 to N - 1 (see `Keys::permit`). ARGV: 1 value (the token),
+/// 2 ttl ms, 3 fence quantum µs, 4 fence counter retention ms (0: forever), as `ACQUIRE`'s first
+/// four; 5 N; then, only for a waiter: 6 waiter id, 7 waiter grace ms, 8 stale head to evict
+/// (empty: none), 9 the state that head was seen with.
 ///
-/// A lock with `permits = N` is N lock keys: a holder takes the first free one with `SET NX PX`,
-/// and holds, renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter
-/// serves them all, so fences grow across the holders of the name. N is kept beside the counter,
-/// for as long: a caller that gives another N is refused, as its permits would not be the
-/// others'.
+/// A lock with `permits = N` is N lock keys: a holder takes a free one with `SET PX`, and holds,
+/// renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter serves them
+/// all, so fences grow across the holders of the name. N is kept beside the counter, for as
+/// long: a caller that gives another N is refused, as its permits would not be the others'.
+///
+/// Arrival order: waiters queue as a lock's do (the lock's queue), with the state
+/// `"<nonce> <grace ms>"`; a caller takes a free permit only while fewer live waiters queue
+/// before it (all of them, for a caller not in the queue) than permits are free. A release with
+/// waiters queued hands its permit to the first of them by id (the permit's key holds
+/// `~<waiter id>` for that waiter's grace, see `RELEASE`), which this script then gives to that
+/// waiter's next attempt.
 ///
 /// Returns `{1, fence, index}` when permit `index` was taken; `{0, pttl}` when every permit is
-/// held (the soonest expiry, -1 when none has one); `{-3, n}` when the holders agree on `n`;
-/// `{-1, type}` when the count holds another type; `{-2, why}` when the fence counter cannot give
-/// a fence (see `unusable_counter!`; the permit just taken is freed again).
+/// held (the soonest expiry, -1 when none has one); `{2, head, state}` when a permit is free but
+/// waiters before this caller come first; `{-3, n}` when the holders agree on `n`; `{-1, type}`
+/// when the count holds another type; `{-2, why}` when the fence counter cannot give a fence
+/// (see `unusable_counter!`; nothing is taken).
 pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
 local agreed = redis.pcall('GET', KEYS[1])
 if type(agreed) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
 if agreed and agreed ~= ARGV[5] then return {-3, agreed} end
-local taken, soonest
-for i = 3, #KEYS do
-  if redis.call('SET', KEYS[i], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    taken = i
-    break
+local waiter, evict = ARGV[6] or '', ARGV[8] or ''
+if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[9] then
+  redis.call('ZREM', KEYS[3], evict)
+  redis.call('HDEL', KEYS[4], evict)
+  for i = 5, #KEYS do
+    if redis.pcall('GET', KEYS[i]) == '~' .. evict then redis.call('DEL', KEYS[i]) end
   end
-  local pttl = redis.call('PTTL', KEYS[i])
-  if pttl >= 0 and (not soonest or pttl < soonest) then soonest = pttl end
 end
-if not taken then return {0, soonest or -1} end
+-- The live waiters queued before this caller, and the first of them.
+local ahead, first = 0, nil
+for _, id in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  if id == waiter then break end
+  if redis.call('HEXISTS', KEYS[4], id) == 1 then
+    ahead = ahead + 1
+    first = first or id
+  else
+    redis.call('ZREM', KEYS[3], id)
+  end
+end
+local free, mine, soonest = {}, nil, nil
+for i = 5, #KEYS do
+  local value = redis.pcall('GET', KEYS[i])
+  if not value then
+    free[#free + 1] = i
+  elseif waiter ~= '' and value == '~' .. waiter then
+    mine = i
+  else
+    local pttl = redis.call('PTTL', KEYS[i])
+    if pttl >= 0 and (not soonest or pttl < soonest) then soonest = pttl end
+  end
+end
+local taken = mine or (ahead < #free and free[1])
+if taken then
 ",
         unusable_counter!(),
-        r"local last = redis.pcall('GET', KEYS[2])
-local why = unusable(last)
-if why then
-  redis.call('DEL', KEYS[taken])
-  return {-2, why}
-end
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[4])
-else
-  redis.call('SET', KEYS[1], ARGV[5])
-end
-local index = taken - 3
+        r"  local last = redis.pcall('GET', KEYS[2])
+  local why = unusable(last)
+  if why then return {-2, why} end
+  redis.call('SET', KEYS[taken], ARGV[1], 'PX', ARGV[2])
+  if waiter ~= '' then
+    redis.call('ZREM', KEYS[3], waiter)
+    redis.call('HDEL', KEYS[4], waiter)
+  end
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[4])
+  else
+    redis.call('SET', KEYS[1], ARGV[5])
+  end
+  local index = taken - 5
 ",
         take_fence!(", index"),
+        r"end
+if waiter ~= '' then
+  if not redis.call('ZSCORE', KEYS[3], waiter) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
+  end
+  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[7])
+  local keep = 4 * tonumber(ARGV[7])
+  if redis.call('PTTL', KEYS[4]) < keep / 2 then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+end
+if #free > 0 and first then return {2, first, redis.call('HGET', KEYS[4], first)} end
+return {0, soonest or -1}
+",
     ))
 });
 
