@@ -1,17 +1,38 @@
 //! The fenced store's history checker, on histories written by hand: it reports overlapping
 //! holds, lost updates and stale writes accepted, tells refused stale writes and cancelled
-//! bodies apart from overlaps, and sorts out-of-order input.
+//! bodies apart from overlaps, and sorts out-of-order input; for a name with N permits, more
+//! than N inside at once; for a read-write lock, an exclusive hold inside with a shared one.
 
 pub mod support;
 
+use support::history::{Event, HoldMode, check, check_permits};
+
+fn enter_as(seq: u64, client: &str, fence: u64, mode: HoldMode) -> Event {
+    Event::Enter {
+        seq,
+        client: client.into(),
+        fence,
+        basis: 0,
+        mode,
+    }
+}
+
+fn leave(seq: u64, client: &str, fence: u64) -> Event {
+    Event::Leave {
+        seq,
+        client: client.into(),
+        fence,
+    }
+}
+
 #[test]
 fn checker_reports_overlaps_lost_updates_and_stale_writes() {
-    use support::history::{Event, check};
     let enter = |seq, client: &str, fence, basis| Event::Enter {
         seq,
         client: client.into(),
         fence,
         basis,
+        mode: HoldMode::Exclusive,
     };
     let write = |seq, client: &str, fence, basis, accepted| Event::Write {
         seq,
@@ -78,4 +99,85 @@ fn checker_reports_overlaps_lost_updates_and_stale_writes() {
         ),
         (1, 0, 0)
     );
+}
+
+/// Three permit holds inside at once pass with 3 permits; a fourth entering before any left is
+/// one crowd (a violation); with 2 permits the same clean history is crowded. Holds without an
+/// end are not counted, and `excuse` takes a hold out of the count.
+#[test]
+fn checker_reports_more_permit_holders_than_permits() {
+    let p = HoldMode::Permit;
+    let three = [
+        enter_as(1, "a", 1, p),
+        enter_as(2, "b", 2, p),
+        enter_as(3, "c", 3, p),
+        leave(4, "a", 1),
+        enter_as(5, "d", 4, p),
+        leave(6, "b", 2),
+        leave(7, "c", 3),
+        leave(8, "d", 4),
+        // Cancelled inside: no end, not counted.
+        enter_as(9, "e", 5, p),
+    ];
+    let clean = check_permits(&three, 3);
+    assert_eq!(
+        (clean.violations(), clean.most_inside, clean.incomplete),
+        (0, 3, 1),
+        "{clean}"
+    );
+    // No lock's checks apply to permit holds: no overlaps, no writes.
+    assert_eq!((clean.overlaps.len(), clean.accepted), (0, 0));
+    let told_two = check_permits(&three, 2);
+    assert_eq!(told_two.crowds.len(), 2, "{told_two}");
+
+    // `d` enters while `a`, `b` and `c` are all inside.
+    let mut four = three.to_vec();
+    four[3] = leave(5, "a", 1);
+    four[4] = enter_as(4, "d", 4, p);
+    let mut crowded = check_permits(&four, 3);
+    assert_eq!(crowded.violations(), 1, "{crowded}");
+    assert_eq!(crowded.crowds[0].seq, 4);
+    assert_eq!(crowded.crowds[0].inside.len(), 4);
+    assert_eq!(crowded.most_inside, 4);
+    // Its key deleted under it, `a` stayed in until it learnt: excused, the crowd is gone.
+    crowded.excuse(|h| h.client == "a");
+    assert_eq!((crowded.violations(), crowded.excused), (0, 1), "{crowded}");
+}
+
+/// A read-write lock: shared holds inside together pass, an exclusive hold alone passes; an
+/// exclusive hold inside with a shared one is a crowd, whichever entered first.
+#[test]
+fn checker_reports_an_exclusive_hold_inside_with_a_shared_one() {
+    let (s, x) = (HoldMode::Shared, HoldMode::Exclusive);
+    let clean = check(&[
+        enter_as(1, "r1", 1, s),
+        enter_as(2, "r2", 2, s),
+        leave(3, "r1", 1),
+        enter_as(4, "r3", 3, s),
+        leave(5, "r2", 2),
+        leave(6, "r3", 3),
+        enter_as(7, "w", 4, x),
+        leave(8, "w", 4),
+        enter_as(9, "r4", 5, s),
+        leave(10, "r4", 5),
+    ]);
+    assert_eq!((clean.violations(), clean.most_inside), (0, 2), "{clean}");
+    // A writer enters while a reader is inside; a reader enters while a writer is inside.
+    let writer_joins = check(&[
+        enter_as(1, "r1", 1, s),
+        enter_as(2, "w", 2, x),
+        leave(3, "r1", 1),
+        leave(4, "w", 2),
+    ]);
+    assert_eq!(writer_joins.violations(), 1, "{writer_joins}");
+    let reader_joins = check(&[
+        enter_as(1, "w", 1, x),
+        enter_as(2, "r1", 2, s),
+        enter_as(3, "r2", 3, s),
+        leave(4, "w", 1),
+        leave(5, "r1", 2),
+        leave(6, "r2", 3),
+    ]);
+    assert_eq!(reader_joins.crowds.len(), 2, "{reader_joins}");
+    assert_eq!(reader_joins.violations(), 2);
 }

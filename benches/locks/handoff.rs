@@ -78,7 +78,17 @@ pub(crate) async fn run<C: Contender>(
     length: Duration,
     pause: Pause,
 ) -> Handoff {
-    let section = Section::default();
+    run_slots(contenders, length, pause, 1).await
+}
+
+/// The same workload on a lock that lets `slots` holders in at once (row 8).
+pub(crate) async fn run_slots<C: Contender>(
+    contenders: Vec<C>,
+    length: Duration,
+    pause: Pause,
+    slots: u32,
+) -> Handoff {
+    let section = Section::new(slots as usize);
     let queue = Queue::new(contenders.len());
     let probe = StallProbe::start();
     let (start, end) = window(length);
@@ -112,13 +122,20 @@ pub(crate) async fn run<C: Contender>(
     for h in handles {
         outs.push(h.await.expect("worker"));
     }
-    Handoff::from(outs, end - start, section.overlaps(), probe.finish())
+    Handoff::from(
+        outs,
+        (end - start, slots),
+        section.overlaps(),
+        probe.finish(),
+    )
 }
 
-/// A worker of the engine: its `Locker` (its own, or one shared by all).
-struct EngineWorker {
-    locker: Locker,
-    opts: LockOptions,
+/// A worker of the engine: its `Locker` (its own, or one shared by all), the name and options
+/// it takes.
+pub(crate) struct EngineWorker {
+    pub(crate) locker: Locker,
+    pub(crate) name: &'static str,
+    pub(crate) opts: LockOptions,
 }
 
 impl Contender for EngineWorker {
@@ -126,7 +143,7 @@ impl Contender for EngineWorker {
 
     async fn take(&mut self) -> Lease {
         self.locker
-            .acquire(HANDOFF_NAME, &self.opts)
+            .acquire(self.name, &self.opts)
             .await
             .expect("acquires within wait")
     }
@@ -169,7 +186,11 @@ pub(crate) async fn engine_handoff_on(
     }
     let workers = lockers
         .into_iter()
-        .map(|locker| EngineWorker { locker, opts })
+        .map(|locker| EngineWorker {
+            locker,
+            name: HANDOFF_NAME,
+            opts,
+        })
         .collect();
     run(workers, length, pause).await
 }

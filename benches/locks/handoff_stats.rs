@@ -1,6 +1,6 @@
 //! What a hand-off run records per worker, and the figures row 3 reports from it
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,22 +65,32 @@ impl Queue {
     }
 }
 
-/// Who is inside the critical section, to count two holders at once.
-#[derive(Clone, Default)]
+/// How many are inside the critical section, to count entries past its `slots` (one holder
+/// too many: two at once for a lock, four for 3 permits).
+#[derive(Clone)]
 pub(crate) struct Section {
-    inside: Arc<AtomicBool>,
+    slots: usize,
+    inside: Arc<AtomicUsize>,
     overlaps: Arc<AtomicU64>,
 }
 
 impl Section {
+    pub(crate) fn new(slots: usize) -> Section {
+        Section {
+            slots,
+            inside: Arc::default(),
+            overlaps: Arc::default(),
+        }
+    }
+
     pub(crate) fn enter(&self) {
-        if self.inside.swap(true, Ordering::SeqCst) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) >= self.slots {
             self.overlaps.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     pub(crate) fn leave(&self) {
-        self.inside.store(false, Ordering::SeqCst);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 
     pub(crate) fn overlaps(&self) -> u64 {
@@ -90,7 +100,8 @@ impl Section {
 
 /// The figures of one hand-off run.
 pub(crate) struct Handoff {
-    /// Time the lock was held / length of the run.
+    /// Time the lock was held / length of the run (for N slots, / N times the length: the
+    /// share of the slots' time that was held).
     pub(crate) utilisation: f64,
     /// Share of acquisitions that went to the longest waiter (1.0 is FIFO).
     pub(crate) oldest_share: f64,
@@ -101,7 +112,7 @@ pub(crate) struct Handoff {
     /// woken late) makes every waiter behind it wait that much longer, whatever the lock does.
     pub(crate) longest_hold: Duration,
     /// Hand-over gaps, sorted: from one holder calling release to the next holder's acquire
-    /// returning (the part of a turn that is the lock's, not the body's).
+    /// returning (the part of a turn that is the lock's, not the body's; one slot only).
     gaps: Vec<Duration>,
     /// The longest overrun of a plain thread's 5 ms sleep during the run (see `StallProbe`):
     /// once, nothing ran that thread for at least that long.
@@ -110,9 +121,10 @@ pub(crate) struct Handoff {
 }
 
 impl Handoff {
+    /// The figures of `outs`, over `wall` for `slots` holders at once.
     pub(crate) fn from(
         outs: Vec<WorkerOut>,
-        wall: Duration,
+        (wall, slots): (Duration, u32),
         overlaps: u64,
         stall: Duration,
     ) -> Self {
@@ -137,7 +149,7 @@ impl Handoff {
         waits.sort();
         let total: u64 = counts.iter().sum();
         Self {
-            utilisation: held.as_secs_f64() / wall.as_secs_f64(),
+            utilisation: held.as_secs_f64() / (wall.as_secs_f64() * f64::from(slots)),
             oldest_share: oldest as f64 / total.max(1) as f64,
             waits,
             counts,

@@ -19,6 +19,8 @@
 //! 5. Redlock on 3 and 5 nodes vs one node.
 //! 6. the uncontended cycle over a slow link (100 µs each way) vs the floor over the same link.
 //! 7. a local Redis Cluster (3+3) vs one server: uncontended cycle latency and the hand-off.
+//! 8. semaphore hand-off: 8 tasks share 3 permits (row 3's workload), vs an ideal FIFO of 3
+//!    slots (an in-process tokio Semaphore) running the same workload in the same run.
 //!
 //! Sequential round trips on loopback (rows 1, 2d and 5) depend on how fast the OS wakes a thread
 //! on another CPU. On small virtual machines that can swing by 3-5x with where the OS happens to
@@ -58,6 +60,7 @@ mod profile;
 mod raw;
 mod redlock;
 mod report;
+mod semaphore;
 mod slow_link;
 mod stall_probe;
 mod threads;
@@ -126,6 +129,9 @@ fn main() {
         }
         if wanted('7') {
             cluster::cluster(&cfg, &mut report).await;
+        }
+        if wanted('8') {
+            semaphore::semaphore(&cfg, &mut report).await;
         }
     });
     report.print(&cfg, began.elapsed(), &load_before);

@@ -35,19 +35,27 @@
 //! accepted write whose basis is not the current value: it overwrote an update it never saw),
 //! stale writes accepted (an accepted write whose fence is below one already seen), and whether
 //! fences increase.
+//!
+//! Holders that may be inside together (the permits of a semaphore, the shared side of a
+//! read-write lock) make `enter` with their mode and end with `leave` instead of a write
+//! (`history.rs`, the test side): the checker counts who is inside at once against what the name
+//! admits.
 
 use redis::aio::MultiplexedConnection;
 use redis::{RedisResult, Script, ScriptInvocation};
 
-/// KEYS: state hash, history list. ARGV: client, fence.
+/// KEYS: state hash, history list. ARGV: client, fence, and the hold's mode when it is not
+/// exclusive (`history::HoldMode`; the line then ends with it).
 /// Returns `{seq, value}`; raises the highest fence seen.
-const ENTER: &str = r"
+pub(super) const ENTER: &str = r"
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 local fence = tonumber(ARGV[2])
 local seen = tonumber(redis.call('HGET', KEYS[1], 'max_seen') or '0')
 if fence > seen then redis.call('HSET', KEYS[1], 'max_seen', ARGV[2]) end
 local value = tonumber(redis.call('HGET', KEYS[1], 'value') or '0')
-redis.call('RPUSH', KEYS[2], 'enter ' .. seq .. ' ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. value)
+local line = 'enter ' .. seq .. ' ' .. ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. value
+if ARGV[3] then line = line .. ' ' .. ARGV[3] end
+redis.call('RPUSH', KEYS[2], line)
 return {seq, value}
 ";
 
@@ -143,7 +151,7 @@ impl FencedStore {
 
 /// A call of `script` (`ENTER` or `WRITE`) on the store of the keys `state` and `history`, by
 /// `client` under `fence`; a write adds its basis.
-fn call<'a>(
+pub(super) fn call<'a>(
     script: &'a Script,
     state: &str,
     history: &str,

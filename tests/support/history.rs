@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use redis::RedisResult;
+use redis::{RedisResult, Script};
 
-use super::fenced::{FencedStore, keys};
+use super::fenced::{ENTER, FencedStore, call, keys};
 
 /// Whether the store enforces fencing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,66 @@ impl FencedStore {
     pub async fn check(&self) -> RedisResult<Report> {
         Ok(check(&self.history().await?))
     }
+
+    /// The history of a name with `permits` permits, checked.
+    pub async fn check_permits(&self, permits: u32) -> RedisResult<Report> {
+        Ok(check_permits(&self.history().await?, permits))
+    }
+
+    /// A read of a holder that may be inside with others (`mode` shared or permit): recorded
+    /// with its mode, so that the checker counts it as such. Returns the value read.
+    pub async fn enter_as(&self, client: &str, fence: u64, mode: HoldMode) -> RedisResult<u64> {
+        let script = Script::new(ENTER);
+        let (_seq, basis): (u64, u64) = call(&script, &self.state, &self.history, client, fence)
+            .arg(mode.as_str())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(basis)
+    }
+
+    /// The end of a hold that writes nothing (after `enter_as`).
+    pub async fn leave(&self, client: &str, fence: u64) -> RedisResult<()> {
+        let script = Script::new(LEAVE);
+        let _seq: u64 = call(&script, &self.state, &self.history, client, fence)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}
+
+/// KEYS: state hash, history list. ARGV: client, fence. Returns the sequence number.
+const LEAVE: &str = r"
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('RPUSH', KEYS[2], 'leave ' .. seq .. ' ' .. ARGV[1] .. ' ' .. ARGV[2])
+return seq
+";
+
+/// How a hold held its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HoldMode {
+    /// Alone (a lock): its write is fenced; two at once are an overlap.
+    #[default]
+    Exclusive,
+    /// The shared side of a read-write lock: with other shared holds, never with an exclusive one.
+    Shared,
+    /// One of a name's N permits: with at most N - 1 other permit holds.
+    Permit,
+}
+
+impl HoldMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            HoldMode::Exclusive => "exclusive",
+            HoldMode::Shared => "shared",
+            HoldMode::Permit => "permit",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [HoldMode::Exclusive, HoldMode::Shared, HoldMode::Permit]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
 }
 
 /// One operation as the store applied it.
@@ -92,6 +152,7 @@ pub enum Event {
         client: String,
         fence: u64,
         basis: u64,
+        mode: HoldMode,
     },
     Write {
         seq: u64,
@@ -99,6 +160,12 @@ pub enum Event {
         fence: u64,
         basis: u64,
         accepted: bool,
+    },
+    /// The end of a hold that writes nothing.
+    Leave {
+        seq: u64,
+        client: String,
+        fence: u64,
     },
 }
 
@@ -116,6 +183,11 @@ impl Event {
                 client: f[2].to_owned(),
                 fence: num(3),
                 basis: num(4),
+                // An enter without a mode is a lock's.
+                mode: f
+                    .get(5)
+                    .map_or(Some(HoldMode::Exclusive), |m| HoldMode::parse(m))
+                    .unwrap_or_else(|| panic!("bad history line `{line}`")),
             },
             "write" => Event::Write {
                 seq: num(1),
@@ -124,25 +196,32 @@ impl Event {
                 basis: num(4),
                 accepted: num(5) == 1,
             },
+            "leave" => Event::Leave {
+                seq: num(1),
+                client: f[2].to_owned(),
+                fence: num(3),
+            },
             _ => panic!("bad history line `{line}`"),
         }
     }
 
     pub fn seq(&self) -> u64 {
         match self {
-            Event::Enter { seq, .. } | Event::Write { seq, .. } => *seq,
+            Event::Enter { seq, .. } | Event::Write { seq, .. } | Event::Leave { seq, .. } => *seq,
         }
     }
 }
 
-/// One locked section as the store saw it: `(client, fence, start, end, accepted)`.
+/// One locked section as the store saw it: `(client, fence, mode, start, end, accepted)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hold {
     pub client: String,
     pub fence: u64,
-    /// Sequence number of the enter (of the write, for a write without an enter).
+    pub mode: HoldMode,
+    /// Sequence number of the enter (of the write or leave, for one without an enter).
     pub start: u64,
-    /// Sequence number of the write; `None` when the body never wrote (cancelled, killed).
+    /// Sequence number of the write or leave; `None` when the body never got there (cancelled,
+    /// killed).
     pub end: Option<u64>,
     /// Whether the store accepted the write; `None` without a write.
     pub accepted: Option<bool>,
@@ -150,15 +229,26 @@ pub struct Hold {
 
 impl Hold {
     /// A hold that starts at `start`, without a write yet.
-    fn starting(client: &str, fence: u64, start: u64) -> Self {
+    fn starting(client: &str, fence: u64, start: u64, mode: HoldMode) -> Self {
         Self {
             client: client.to_owned(),
             fence,
+            mode,
             start,
             end: None,
             accepted: None,
         }
     }
+}
+
+/// A moment the name held more than it admits: a hold entered while the holds in `inside` (it
+/// included) were there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crowd {
+    /// Sequence number of the enter.
+    pub seq: u64,
+    /// Indices into `Report::holds`, in the order they entered.
+    pub inside: Vec<usize>,
 }
 
 /// What the checker found in a history.
@@ -184,12 +274,36 @@ pub struct Report {
     pub final_value: u64,
     /// Whether the fences of the holds, in the order they entered, strictly increase.
     pub fences_increasing: bool,
+    /// What the name admits at once: this many permit holds (one for a lock).
+    pub permits: u32,
+    /// Each enter that took the name past what it admits: more than `permits` permit holds
+    /// inside, or an exclusive hold inside together with a shared one. (Two exclusive holds at
+    /// once are the `overlaps`: their fenced writes decide.) Holds without an end are not
+    /// counted: where they ended is not known.
+    pub crowds: Vec<Crowd>,
+    /// Crowds left out by `excuse`.
+    pub excused: usize,
+    /// The most holds inside at once, of any mode.
+    pub most_inside: usize,
 }
 
 impl Report {
-    /// Every safety violation: lost updates, stale writes accepted, and overlaps the store let through.
+    /// Every safety violation: lost updates, stale writes accepted, overlaps the store let
+    /// through, and crowds.
     pub fn violations(&self) -> usize {
-        self.lost_updates.len() + self.stale_accepted.len() + self.unsafe_overlaps
+        self.lost_updates.len()
+            + self.stale_accepted.len()
+            + self.unsafe_overlaps
+            + self.crowds.len()
+    }
+
+    /// Counts the crowds again without the holds `excused` says were entitled to be there (say,
+    /// those whose key a fault deleted under them: the name lets the next holder in, and the
+    /// holder learns of its loss only at its next renewal).
+    pub fn excuse(&mut self, excused: impl Fn(&Hold) -> bool) {
+        let before = self.crowds.len();
+        self.crowds = crowds(&self.holds, self.permits, |h| !excused(h)).0;
+        self.excused += before - self.crowds.len();
     }
 }
 
@@ -214,6 +328,20 @@ impl fmt::Display for Report {
                 "NOT strictly increasing"
             },
         )?;
+        if self.permits > 1 || self.holds.iter().any(|h| h.mode != HoldMode::Exclusive) {
+            write!(
+                f,
+                "; at most {} inside at once ({} permits): {} crowded moments ({} excused)",
+                self.most_inside,
+                self.permits,
+                self.crowds.len(),
+                self.excused
+            )?;
+        }
+        for crowd in self.crowds.iter().take(3) {
+            let inside: Vec<_> = crowd.inside.iter().map(|&i| &self.holds[i]).collect();
+            write!(f, "\n  crowd at {}: {inside:?}", crowd.seq)?;
+        }
         for &(a, b) in self.overlaps.iter().take(5) {
             write!(
                 f,
@@ -225,23 +353,53 @@ impl fmt::Display for Report {
     }
 }
 
-/// Checks a history (events in any order; they are sorted by sequence number).
+/// Checks a history of a lock (events in any order; they are sorted by sequence number).
 pub fn check(events: &[Event]) -> Report {
+    check_permits(events, 1)
+}
+
+/// Checks a history of a name that admits `permits` permit holds at once.
+pub fn check_permits(events: &[Event], permits: u32) -> Report {
     let mut events = events.to_vec();
     events.sort_by_key(Event::seq);
+    let mut report = replay(&events);
+    report.permits = permits;
+    report.incomplete = report.holds.iter().filter(|h| h.end.is_none()).count();
+    report.fences_increasing = report.holds.windows(2).all(|w| w[0].fence < w[1].fence);
+    report.overlaps = overlaps(&report.holds);
+    report.unsafe_overlaps = report
+        .overlaps
+        .iter()
+        .filter(|&&(a, b)| {
+            report.holds[a].accepted == Some(true) && report.holds[b].accepted == Some(true)
+        })
+        .count();
+    (report.crowds, report.most_inside) = crowds(&report.holds, permits, |_| true);
+    report
+}
+
+/// The holds of sorted `events`, and what the accepted writes did to the counter.
+fn replay(events: &[Event]) -> Report {
     let mut report = Report::default();
     let mut open: HashMap<(String, u64), usize> = HashMap::new();
-    let mut seen = 0u64;
-    let mut written = 0u64;
-    let mut value = 0u64;
-    for event in &events {
+    let (mut seen, mut written, mut value) = (0u64, 0u64, 0u64);
+    for event in events {
         match event {
             Event::Enter {
-                seq, client, fence, ..
+                seq,
+                client,
+                fence,
+                mode,
+                ..
             } => {
                 open.insert((client.clone(), *fence), report.holds.len());
-                report.holds.push(Hold::starting(client, *fence, *seq));
+                report
+                    .holds
+                    .push(Hold::starting(client, *fence, *seq, *mode));
                 seen = seen.max(*fence);
+            }
+            Event::Leave { seq, client, fence } => {
+                end(&mut report, &mut open, *seq, client, *fence);
             }
             Event::Write {
                 seq,
@@ -250,14 +408,7 @@ pub fn check(events: &[Event]) -> Report {
                 basis,
                 accepted,
             } => {
-                let hold = match open.remove(&(client.clone(), *fence)) {
-                    Some(i) => i,
-                    None => {
-                        report.holds.push(Hold::starting(client, *fence, *seq));
-                        report.holds.len() - 1
-                    }
-                };
-                report.holds[hold].end = Some(*seq);
+                let hold = end(&mut report, &mut open, *seq, client, *fence);
                 report.holds[hold].accepted = Some(*accepted);
                 if *accepted {
                     report.accepted += 1;
@@ -277,22 +428,74 @@ pub fn check(events: &[Event]) -> Report {
         }
     }
     report.final_value = value;
-    report.incomplete = report.holds.iter().filter(|h| h.end.is_none()).count();
-    report.fences_increasing = report.holds.windows(2).all(|w| w[0].fence < w[1].fence);
+    report
+}
+
+/// Ends at `seq` the open hold of `client` under `fence` (a hold of its own if it never
+/// entered); returns its index.
+fn end(
+    report: &mut Report,
+    open: &mut HashMap<(String, u64), usize>,
+    seq: u64,
+    client: &str,
+    fence: u64,
+) -> usize {
+    let hold = open.remove(&(client.to_owned(), fence)).unwrap_or_else(|| {
+        let hold = Hold::starting(client, fence, seq, HoldMode::Exclusive);
+        report.holds.push(hold);
+        report.holds.len() - 1
+    });
+    report.holds[hold].end = Some(seq);
+    hold
+}
+
+/// Pairs of exclusive holds whose intervals intersect.
+fn overlaps(holds: &[Hold]) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let exclusive = |h: &Hold| h.mode == HoldMode::Exclusive;
     // Holds are in start order: each one overlaps the later holds that start before it ends.
-    for (i, a) in report.holds.iter().enumerate() {
+    for (i, a) in holds.iter().enumerate().filter(|(_, a)| exclusive(a)) {
         let Some(end) = a.end else { continue };
-        for (j, b) in report.holds.iter().enumerate().skip(i + 1) {
+        for (j, b) in holds.iter().enumerate().skip(i + 1) {
             if b.start > end {
                 break;
             }
-            if b.end.is_some() {
-                report.overlaps.push((i, j));
-                if a.accepted == Some(true) && b.accepted == Some(true) {
-                    report.unsafe_overlaps += 1;
-                }
+            if b.end.is_some() && exclusive(b) {
+                out.push((i, j));
             }
         }
     }
-    report
+    out
+}
+
+/// The crowds among the ended holds that `counted` keeps (see `Report::crowds`), and the most
+/// of them inside at once.
+fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec<Crowd>, usize) {
+    // (seq, 0 for an enter or 1 for an end, hold): a hold that starts and ends at one sequence
+    // number (a write without an enter) is entered before it ends.
+    let mut points: Vec<(u64, u8, usize)> = Vec::new();
+    for (i, h) in holds.iter().enumerate().filter(|(_, h)| counted(h)) {
+        if let Some(end) = h.end {
+            points.extend([(h.start, 0, i), (end, 1, i)]);
+        }
+    }
+    points.sort_unstable();
+    let (mut inside, mut out, mut most) = (Vec::new(), Vec::new(), 0);
+    for (seq, kind, i) in points {
+        if kind == 1 {
+            inside.retain(|&j| j != i);
+            continue;
+        }
+        inside.push(i);
+        most = most.max(inside.len());
+        let of = |mode| inside.iter().filter(|&&j| holds[j].mode == mode).count();
+        let too_many = of(HoldMode::Permit) > permits as usize;
+        if too_many || (of(HoldMode::Exclusive) > 0 && of(HoldMode::Shared) > 0) {
+            out.push(Crowd {
+                seq,
+                inside: inside.clone(),
+            });
+        }
+    }
+    (out, most)
 }
