@@ -572,3 +572,80 @@ async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
     report.excuse(|h| h.fence == victim);
     assert_eq!((report.violations(), report.excused), (0, 1), "{report}");
 }
+
+/// 6 shared and 2 exclusive tasks on one read-write lock under the lock soak's faults
+/// (`SOAK_SECS`, default 5 s): no exclusive holder inside with anyone else, apart from holders a
+/// fault took the key from, and those are told; shared holders were inside together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_read_write_random_faults_no_exclusive_with_others() {
+    let mut kinds = [Kind::Shared; 8];
+    kinds[..2].fill(Kind::Exclusive);
+    let soak = slots_soak("soak-rw", &kinds, Forcing::ReadWrite, 1, 5).await;
+    // Told `1` admits nothing shared beyond the first: the name filled past it (two shared
+    // holders together) is what `assert_sound` checks.
+    assert_sound(&soak, 2);
+}
+
+/// The unsafe control of the read-write soak, with the fault for real: two shared holders
+/// inside, the lock's key deleted under them (as eviction would). An exclusive caller gets in
+/// while they are inside and the checker reports it; both shared holders are told at their
+/// release, and excusing them clears the crowds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_control_a_key_deleted_under_shared_holders_lets_a_writer_in() {
+    const NAME: &str = "control-rw";
+    let server = lock_testing::RedisServer::start();
+    let store_server = lock_testing::RedisServer::start();
+    let store = FencedStore::connect(&store_server.url(), NAME)
+        .await
+        .unwrap();
+    store.reset(Mode::Unfenced).await.unwrap();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let o = LockOptions::new(ms(30_000)).with_wait(ms(5_000));
+    let (entered, mut inside) = tokio::sync::mpsc::channel(2);
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let readers: Vec<_> = (0..2)
+        .map(|i| {
+            let (locker, store, entered, mut gate) =
+                (locker.clone(), store.clone(), entered.clone(), gate.clone());
+            tokio::spawn(async move {
+                let client = format!("r{i}");
+                let shared = o.with_shared(true);
+                locker
+                    .run(NAME, &shared, async |lease| {
+                        let fence = lease.fence();
+                        let mode = HoldMode::Shared;
+                        store.enter_as(&client, fence, mode).await.unwrap();
+                        entered.send(lease.fence()).await.unwrap();
+                        gate.wait_for(|go| *go).await.unwrap();
+                        store.leave(&client, fence).await.unwrap();
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for _ in 0..2 {
+        let got = timeout(Duration::from_secs(10), inside.recv()).await;
+        got.expect("two shared holders inside").unwrap();
+    }
+    let tokens = rig::delete_holders(&server.url(), &locker.key_of(NAME)).await;
+    assert_eq!(tokens.len(), 2, "both shared holders' key deleted");
+    let writer = locker
+        .run(NAME, &o, async |lease| {
+            let mode = HoldMode::Exclusive;
+            store.enter_as("w", lease.fence(), mode).await.unwrap();
+            store.leave("w", lease.fence()).await.unwrap();
+        })
+        .await;
+    writer.expect("the deleted key");
+    go.send(true).unwrap();
+    for r in readers {
+        let res = timeout(Duration::from_secs(10), r).await;
+        let res = res.expect("reader ends").unwrap();
+        assert!(matches!(res, Err(LockError::Lost { .. })), "{res:?}");
+    }
+    let mut report = store.check_permits(1).await.unwrap();
+    println!("{report}");
+    assert!(report.violations() > 0, "{report}");
+    report.excuse(|h| h.mode == HoldMode::Shared);
+    assert_eq!(report.violations(), 0, "{report}");
+}

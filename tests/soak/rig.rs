@@ -124,6 +124,9 @@ pub enum Forcing {
     Lock,
     /// One of the name's N permit keys, at random, deleted if held.
     Permit(u32),
+    /// The lock's key of a read-write lock, deleted if held: by one exclusive holder, or by all
+    /// the shared holders at once.
+    ReadWrite,
 }
 
 /// The Redis crash and restart from the older snapshot.
@@ -238,16 +241,20 @@ async fn force(
     rng: &mut Rng,
     done: &mut Injected,
 ) {
-    let token = match forcing {
-        Forcing::Lock => force_release(locker, name).await,
+    let tokens: Vec<String> = match forcing {
+        Forcing::Lock => force_release(locker, name).await.into_iter().collect(),
         Forcing::Permit(n) => {
             let key = format!("{}:permit:{}", locker.key_of(name), rng.below(u64::from(n)));
-            delete_held(&rig.server.url(), &key).await
+            delete_held(&rig.server.url(), &key)
+                .await
+                .into_iter()
+                .collect()
         }
+        Forcing::ReadWrite => delete_holders(&rig.server.url(), &locker.key_of(name)).await,
     };
     done.faults
-        .push(format!("force-release: {}", token.is_some()));
-    done.forced.extend(token);
+        .push(format!("force-release: {}", !tokens.is_empty()));
+    done.forced.extend(tokens);
 }
 
 /// An operator's force-release of the lock's holder, as `lockctl release --force` makes it.
@@ -269,6 +276,26 @@ pub async fn delete_held(url: &str, key: &str) -> Option<String> {
     let raw = raw_connection(url).await;
     let value: Option<String> = query(&raw, redis::cmd("EVAL").arg(GET_DEL).arg(1).arg(key)).await;
     value.map(|v| v.split(';').next().unwrap_or_default().to_owned())
+}
+
+/// Deletes the lock's key `key` if it is held, as eviction would; the tokens of its holders: the
+/// exclusive one, or every shared one.
+pub async fn delete_holders(url: &str, key: &str) -> Vec<String> {
+    const GET_DEL: &str = "local v = redis.call('GET', KEYS[1]) if not v then return {} end \
+        redis.call('DEL', KEYS[1]) \
+        if string.sub(v, 1, 7) == 'shared:' then return redis.call('ZRANGE', KEYS[2], 0, -1) end \
+        return {v}";
+    let raw = raw_connection(url).await;
+    let mut eval = redis::cmd("EVAL");
+    eval.arg(GET_DEL)
+        .arg(2)
+        .arg(key)
+        .arg(format!("{key}:readers"));
+    let values: Vec<String> = query(&raw, &eval).await;
+    values
+        .into_iter()
+        .map(|v| v.split(';').next().unwrap_or_default().to_owned())
+        .collect()
 }
 
 /// Kills Redis and starts it again: it loads the older snapshot, and the fence counter comes

@@ -22,6 +22,10 @@ use crate::support::{Rng, ms};
 pub enum Kind {
     /// One of the name's N permits.
     Permit(u32),
+    /// A shared hold of a read-write lock.
+    Shared,
+    /// An exclusive hold of a read-write lock.
+    Exclusive,
 }
 
 impl Kind {
@@ -29,12 +33,16 @@ impl Kind {
         let o = LockOptions::new(ms(ttl)).with_wait(ms(wait));
         match self {
             Kind::Permit(n) => o.with_permits(n),
+            Kind::Shared => o.with_shared(true),
+            Kind::Exclusive => o,
         }
     }
 
     fn mode(self) -> HoldMode {
         match self {
             Kind::Permit(_) => HoldMode::Permit,
+            Kind::Shared => HoldMode::Shared,
+            Kind::Exclusive => HoldMode::Exclusive,
         }
     }
 }

@@ -490,7 +490,8 @@ fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec
         most = most.max(inside.len());
         let of = |mode| inside.iter().filter(|&&j| holds[j].mode == mode).count();
         let too_many = of(HoldMode::Permit) > permits as usize;
-        if too_many || (of(HoldMode::Exclusive) > 0 && of(HoldMode::Shared) > 0) {
+        let exclusive = of(HoldMode::Exclusive);
+        if too_many || exclusive > 1 || (exclusive > 0 && of(HoldMode::Shared) > 0) {
             out.push(Crowd {
                 seq,
                 inside: inside.clone(),
