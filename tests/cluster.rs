@@ -267,6 +267,68 @@ async fn cluster_permits_hold_renew_and_hand_over() {
     second.release().await.unwrap();
 }
 
+/// `shared` on a cluster: shared holders together in the lock's slot, renewed past their lease
+/// (the cluster's grouped renewal only ever extends the shared key), an exclusive caller queued
+/// behind them and handed the lock by the last one's sharded release, and a later shared caller
+/// waiting behind that exclusive one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_shared_holds_renew_and_hand_over_in_arrival_order() {
+    let _one = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let (a, b) = (
+        cluster_locker(&cluster).await,
+        cluster_locker(&cluster).await,
+    );
+    let shared = LockOptions::new(ms(20_000))
+        .with_lease(ms(600))
+        .with_shared(true);
+    let first = a.acquire("catalog", &shared).await.unwrap();
+    let second = b.acquire("catalog", &shared).await.unwrap();
+    tokio::time::sleep(ms(1_800)).await;
+    assert!(
+        first.is_held() && second.is_held(),
+        "renewed past three leases"
+    );
+    let exclusive = LockOptions::new(ms(20_000)).with_wait(ms(10_000));
+    let writer = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let lease = b.acquire("catalog", &exclusive).await.unwrap();
+            let got = Instant::now();
+            tokio::time::sleep(ms(100)).await;
+            lease.release().await.unwrap();
+            got
+        })
+    };
+    let queued = |n: usize| {
+        let a = a.clone();
+        async move {
+            let info = a.inspect("catalog").await.unwrap();
+            info.is_some_and(|info| info.waiters.len() == n)
+        }
+    };
+    support::eventually(ms(5_000), "the writer queues", || queued(1)).await;
+    let late = {
+        let (a, o) = (a.clone(), shared.with_wait(ms(10_000)));
+        tokio::spawn(async move {
+            let lease = a.acquire("catalog", &o).await.unwrap();
+            let got = Instant::now();
+            lease.release().await.unwrap();
+            got
+        })
+    };
+    support::eventually(ms(5_000), "the later reader queues", || queued(2)).await;
+    first.release().await.unwrap();
+    let released = Instant::now();
+    second.release().await.unwrap();
+    let (writer_got, late_got) = (writer.await.unwrap(), late.await.unwrap());
+    assert!(writer_got < late_got, "the later shared caller went first");
+    assert!(
+        writer_got.duration_since(released) < ms(2_000),
+        "handed over"
+    );
+}
+
 /// 10,000 leases spread over the slots are renewed for 3 ttl periods and none is lost; renewal
 /// costs a few script calls per primary per round (one pipeline each), not one per lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -176,7 +176,8 @@ async fn metrics_count_each_outcome_by_template() {
 }
 
 /// Three holders of a lock with 3 permits are counted under `mode="permits"`, a fourth caller's
-/// `Busy` too; the exclusive locks of the test before are `mode="exclusive"`.
+/// `Busy` too, shared holders under `mode="shared"`; the exclusive locks of the test before are
+/// `mode="exclusive"`.
 async fn permits_are_labelled_by_their_mode(env: &Env, m: &Totals) {
     assert_eq!(
         m.get_in("lock_acquired_total", "invoice:{id}", "exclusive"),
@@ -202,14 +203,23 @@ async fn permits_are_labelled_by_their_mode(env: &Env, m: &Totals) {
     }
     assert_eq!(m.get_in("lock_leases_held", "pool", "permits"), 0.0);
     assert_eq!(m.get_in("lock_hold_seconds", "pool", "permits"), 3.0);
+    // Two shared holders of a read-write lock are counted under `mode="shared"`.
+    let shared = LockOptions::new(ms(5_000)).with_shared(true);
+    let a = env.locker.acquire("catalog", &shared).await.unwrap();
+    let b = env.locker.acquire("catalog", &shared).await.unwrap();
+    assert_eq!(m.get_in("lock_leases_held", "catalog", "shared"), 2.0);
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    assert_eq!(m.get_in("lock_acquired_total", "catalog", "shared"), 2.0);
+    assert_eq!(m.get_in("lock_hold_seconds", "catalog", "shared"), 2.0);
     // Every series has both labels, and each lock label one mode (no name is used both ways
     // here).
     assert!(m.modes("").is_empty(), "a series without a lock label");
     for lock in m.labels() {
-        let expected = if lock == "pool" {
-            "permits"
-        } else {
-            "exclusive"
+        let expected = match lock.as_str() {
+            "pool" => "permits",
+            "catalog" => "shared",
+            _ => "exclusive",
         };
         assert_eq!(m.modes(&lock), [expected], "{lock}");
     }
