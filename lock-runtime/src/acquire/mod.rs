@@ -403,14 +403,21 @@ impl Acquirer {
         {
             return None;
         }
+        // With permits, the grant is of the permit it names.
+        let permit = match (opts.kind(), grant.permit) {
+            (HoldKind::Permits(_), Some(index)) => Some(keys.permit(index)),
+            (HoldKind::Permits(_), None) => return None,
+            _ => None,
+        };
         self.stale_heads.forget(&keys.key);
         // The grant was made after that attempt reached the server, for the waiter's grace: the
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
         if Instant::now() >= *sent + grace.saturating_sub(crate::drift_for(grace)) {
-            self.deployment.forget(keys, token, HoldKind::Exclusive);
+            self.deployment.forget(keys, token, opts.kind());
             return None;
         }
+        let keys = permit.as_ref().unwrap_or(keys);
         let granted = Taken {
             token: token.clone(),
             fence: grant.fence,

@@ -87,9 +87,16 @@ impl QueuePlace {
         let kind = self.kind;
         Some(async move {
             if let HoldKind::Permits(n) = kind {
-                // A permit handed to this waiter by id goes on to the next one.
+                // A permit granted to this waiter's last attempts is freed for the next one.
                 let _ = node.leave_queue(&keys, &waiter, [None, None]).await;
-                let _ = node.forget_permit(&keys, n, &format!("~{waiter}")).await;
+                for token in [last.as_deref(), Some(previous.as_str())]
+                    .into_iter()
+                    .flatten()
+                {
+                    if !token.is_empty() {
+                        let _ = node.forget_permit(&keys, n, token).await;
+                    }
+                }
                 return;
             }
             let previous = Some(previous.as_str()).filter(|p| !p.is_empty());

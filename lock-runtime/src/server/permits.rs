@@ -41,7 +41,7 @@ impl Node {
         let slots = permit_keys(keys, permits);
         let numkeys = 4 + slots.len();
         let bytes = numkeys * (keys.key.len() + 20) + 200;
-        let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 9, bytes);
+        let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 10, bytes);
         cmd.arg(keys.permit_count())
             .arg(keys.fence())
             .arg(keys.queue())
@@ -59,7 +59,8 @@ impl Node {
             cmd.arg(&waiter.id)
                 .arg(waiter.grace.as_millis() as u64)
                 .arg(evict)
-                .arg(seen);
+                .arg(seen)
+                .arg(&waiter.previous);
         }
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);

@@ -144,6 +144,8 @@ pub(crate) struct Grant {
     pub waiter: String,
     pub token: String,
     pub fence: u64,
+    /// The permit granted, for a lock with `permits = N`.
+    pub permit: Option<u32>,
 }
 
 impl Wake {
@@ -153,12 +155,17 @@ impl Wake {
             return Self::Everyone;
         };
         let mut parts = handed.split(' ');
-        match (parts.next(), parts.next(), parts.next().map(str::parse)) {
-            (Some(waiter), Some(token), Some(Ok(fence))) => Self::Granted(Arc::new(Grant {
-                waiter: waiter.to_owned(),
-                token: token.to_owned(),
-                fence,
-            })),
+        let (waiter, token, fence) = (parts.next(), parts.next(), parts.next().map(str::parse));
+        let permit: Option<Result<u32, _>> = parts.next().map(str::parse);
+        match (waiter, token, fence, &permit) {
+            (Some(waiter), Some(token), Some(Ok(fence)), None | Some(Ok(_))) => {
+                Self::Granted(Arc::new(Grant {
+                    waiter: waiter.to_owned(),
+                    token: token.to_owned(),
+                    fence,
+                    permit: permit.and_then(Result::ok),
+                }))
+            }
             _ => Self::Only(handed.into()),
         }
     }
@@ -814,10 +821,17 @@ mod tests {
             waiter: "w1;pid=1".into(),
             token: "t9;pid=1".into(),
             fence: 1_764_000_000_000_001,
+            permit: None,
         };
         assert_eq!(*grant, want);
-        // A fence that is not a number: only a wake-up for that waiter, which then asks.
+        // A permit's grant names the permit.
+        let Wake::Granted(permit) = Wake::of(b"~w1 t9 17 2") else {
+            panic!("a permit's grant");
+        };
+        assert_eq!((permit.fence, permit.permit), (17, Some(2)));
+        // A fence or permit that is not a number: only a wake-up for that waiter, which then asks.
         assert_eq!(Wake::of(b"~w1 t9 x"), Wake::Only("w1 t9 x".into()));
+        assert_eq!(Wake::of(b"~w1 t9 17 x"), Wake::Only("w1 t9 17 x".into()));
         assert_eq!(Wake::Granted(grant).only(), Some("w1;pid=1"));
     }
 }

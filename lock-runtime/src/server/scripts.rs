@@ -296,6 +296,9 @@ if head then
       redis.call('SET', counter, f, 'KEEPTTL')
     end
     local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
+    -- A permit's key: the grant names the permit.
+    local permit = string.match(key, ':permit:(%d+)$')
+    if permit then grant = grant .. ' ' .. permit end
     local via = string.match(head, ';grants=(%w+)$')
     redis.call(publish, channel .. (via and ':' .. via or ''), grant)
     return grant
@@ -330,8 +333,8 @@ end
 /// argument costs the server a string on each call, and an uncontended release on one server
 /// sends only the key and the token (and the retention when it is not the default; it takes
 /// the shortest path through the script).
-/// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` when it was and was granted to
-/// that waiter (`~<waiter id>` when handed over by id), 0 when it was not (then nothing is
+/// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` (a permit's key: with the
+/// permit's index after it) when it was and was granted to that waiter (`~<waiter id>` when handed over by id), 0 when it was not (then nothing is
 /// touched). Ours: the key holds the token, or the token with the waiters' mark set.
 ///
 /// - The short path: the key holds the token unmarked (no waiter queued behind this lease, see
@@ -424,19 +427,20 @@ return 1
 /// states, then the keys of permits 0 to N - 1 (see `Keys::permit`). ARGV: 1 value (the token),
 /// 2 ttl ms, 3 fence quantum µs, 4 fence counter retention ms (0: forever), as `ACQUIRE`'s first
 /// four; 5 N; then, only for a waiter: 6 waiter id, 7 waiter grace ms, 8 stale head to evict
-/// (empty: none), 9 the state that head was seen with.
+/// (empty: none), 9 the state that head was seen with, 10 the token of this waiter's previous
+/// attempt (empty: none).
 ///
 /// A lock with `permits = N` is N lock keys: a holder takes a free one with `SET PX`, and holds,
 /// renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter serves them
 /// all, so fences grow across the holders of the name. N is kept beside the counter, for as
 /// long: a caller that gives another N is refused, as its permits would not be the others'.
 ///
-/// Arrival order: waiters queue as a lock's do (the lock's queue), with the state
-/// `"<nonce> <grace ms>"`; a caller takes a free permit only while fewer live waiters queue
-/// before it (all of them, for a caller not in the queue) than permits are free. A release with
-/// waiters queued hands its permit to the first of them by id (the permit's key holds
-/// `~<waiter id>` for that waiter's grace, see `RELEASE`), which this script then gives to that
-/// waiter's next attempt.
+/// Arrival order: waiters queue as a lock's do, in the lock's queue; a caller takes a free permit
+/// only while fewer live waiters queue before it (all of them, for a caller not in the queue)
+/// than permits are free. A release with waiters queued grants its permit to the first of them
+/// as a lock's release does (the permit's key holds that waiter's last token, and the grant
+/// message names the permit, see `RELEASE`); a waiter that missed the message takes the grant
+/// over with its next attempt.
 ///
 /// Returns `{1, fence, index}` when permit `index` was taken; `{0, pttl}` when every permit is
 /// held (the soonest expiry, -1 when none has one); `{2, head, state}` when a permit is free but
@@ -449,7 +453,7 @@ pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
 local agreed = redis.pcall('GET', KEYS[1])
 if type(agreed) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
 if agreed and agreed ~= ARGV[5] then return {-3, agreed} end
-local waiter, evict = ARGV[6] or '', ARGV[8] or ''
+local waiter, evict, previous = ARGV[6] or '', ARGV[8] or '', ARGV[10] or ''
 if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[9] then
   redis.call('ZREM', KEYS[3], evict)
   redis.call('HDEL', KEYS[4], evict)
@@ -473,7 +477,8 @@ for i = 5, #KEYS do
   local value = redis.pcall('GET', KEYS[i])
   if not value then
     free[#free + 1] = i
-  elseif waiter ~= '' and value == '~' .. waiter then
+  elseif waiter ~= '' and (value == '~' .. waiter or (previous ~= '' and
+      (value == previous or value == string.sub(previous, 1, -2) .. '1'))) then
     mine = i
   else
     local pttl = redis.call('PTTL', KEYS[i])
@@ -506,7 +511,7 @@ if waiter ~= '' then
     local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
     redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
   end
-  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[7])
+  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[7])
   local keep = 4 * tonumber(ARGV[7])
   if redis.call('PTTL', KEYS[4]) < keep / 2 then
     redis.call('PEXPIRE', KEYS[3], keep)
@@ -521,14 +526,19 @@ return {0, soonest or -1}
 
 /// KEYS: the keys of permits 0 to N - 1. ARGV: 1 the token of an attempt whose outcome is not
 /// known (its caller was dropped mid-request), 2 the lock's release channel, 3 `PUBLISH` or
-/// `SPUBLISH`. Deletes the permit that holds the token, if any, and then tells the waiters.
+/// `SPUBLISH`. Deletes the permit that holds the token (as written, or with the waiters' mark
+/// set), if any, and then tells the waiters.
 /// Returns 1 when a permit held it, else 0. An operator's forced release of a permit's value is
 /// the same.
 pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(concat!(
         r"
+local token = ARGV[1]
 for _, key in ipairs(KEYS) do
-  if redis.pcall('GET', key) == ARGV[1] then
+  local value = redis.pcall('GET', key)
+  if ",
+        ours!(),
+        r" then
     redis.call('DEL', key)
     redis.call(ARGV[3], ARGV[2], ARGV[1])
     return 1
@@ -536,7 +546,7 @@ for _, key in ipairs(KEYS) do
 end
 return 0
 ",
-    )
+    ))
 });
 
 /// KEYS: 1 lock, 2 fence, 3 waiter queue, 4 waiter states, 5 shared holders (see
