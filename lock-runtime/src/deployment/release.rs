@@ -48,11 +48,11 @@ impl Deployment {
     pub(crate) async fn release(&self, lease: &LeaseState) -> Result<(), LockError> {
         let how = Release {
             keep_ms: lease.keep_ms(),
-            // A permit's waiters do not queue: every release tells them.
-            always_publish: self.traits.always_publish || lease.is_permit(),
+            always_publish: self.traits.always_publish,
             record_fence: if lease.record_fence { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
-            look_at_queue: false,
+            // No waiter marks a permit's value: its release looks at the queue all the same.
+            look_at_queue: lease.is_permit(),
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let Some(node) = self.alone() {
