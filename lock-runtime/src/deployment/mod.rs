@@ -33,7 +33,7 @@ use crate::model::options::HoldKind;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
 use crate::server::pubsub::Subscription;
-use crate::server::{AcquireReply, Node, Release, Waiter};
+use crate::server::{AcquireReply, AcquireRequest, Node, Release, Waiter};
 use crate::state::lease_state::LeaseState;
 use crate::transport::connect::Settings;
 use failure::Failure;
@@ -223,6 +223,21 @@ impl Deployment {
         match self.alone() {
             Some(_) => self.per_node_limit(validity),
             None => self.nodes[0].response_timeout() * 3,
+        }
+    }
+
+    /// An attempt of `ask` on the one server of a lock with permits or a shared hold (see
+    /// `Deployment::one_server`), bounded as an attempt on one server is.
+    pub(super) fn one_server_request<'a>(&self, ask: &Ask<'a>) -> AcquireRequest<'a> {
+        AcquireRequest {
+            token: ask.token,
+            ttl_ms: ask.ttl_ms,
+            waiter: ask.waiter,
+            evict: ask.evict,
+            fence_quantum: self.traits.fence_quantum_us,
+            fence_retention_ms: self.fence_retention_ms,
+            limit: self.per_node_limit(ask.validity),
+            queue: true,
         }
     }
 

@@ -9,7 +9,7 @@ use crate::LockError;
 use crate::model::keys::Keys;
 use crate::model::options::HoldKind;
 use crate::plumbing::fanout::Fanout;
-use crate::server::{AcquireRequest, Node, PermitReply};
+use crate::server::{Node, PermitReply};
 
 impl Deployment {
     /// The one server a hold of `kind` (permits, or shared) lives on: refused on Redlock's
@@ -49,16 +49,7 @@ impl Deployment {
         ask: &Ask<'_>,
         permits: u32,
     ) -> Result<Acquired, LockError> {
-        let request = AcquireRequest {
-            token: ask.token,
-            ttl_ms: ask.ttl_ms,
-            waiter: ask.waiter,
-            evict: ask.evict,
-            fence_quantum: self.traits.fence_quantum_us,
-            fence_retention_ms: self.fence_retention_ms,
-            limit: self.per_node_limit(ask.validity),
-            queue: false,
-        };
+        let request = self.one_server_request(ask);
         let reply = node.acquire_permit(keys, permits, &request).await;
         let failure = match reply {
             Ok(PermitReply::Taken { fence, permit }) => {

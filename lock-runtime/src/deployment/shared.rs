@@ -8,7 +8,7 @@ use super::{Acquired, Ask, Deployment, Held};
 use crate::LockError;
 use crate::model::keys::Keys;
 use crate::plumbing::fanout::Fanout;
-use crate::server::{AcquireReply, AcquireRequest, Node};
+use crate::server::{AcquireReply, Node};
 
 impl Deployment {
     /// One shared attempt on `node` (see `Node::acquire_shared`), bounded as an attempt on one
@@ -20,16 +20,7 @@ impl Deployment {
         keys: &Keys,
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
-        let request = AcquireRequest {
-            token: ask.token,
-            ttl_ms: ask.ttl_ms,
-            waiter: ask.waiter,
-            evict: ask.evict,
-            fence_quantum: self.traits.fence_quantum_us,
-            fence_retention_ms: self.fence_retention_ms,
-            limit: self.per_node_limit(ask.validity),
-            queue: true,
-        };
+        let request = self.one_server_request(ask);
         let failure = match node.acquire_shared(keys, &request, ask.hold_ms).await {
             Ok((AcquireReply::Taken { fence }, value)) => {
                 return Ok(Acquired::Granted {

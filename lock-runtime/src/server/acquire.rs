@@ -73,6 +73,30 @@ pub(crate) enum AcquireReply {
     },
 }
 
+impl AcquireRequest<'_> {
+    /// The first four arguments of the acquire scripts: token, ttl, fence quantum and retention.
+    pub(super) fn push_args(&self, cmd: &mut redis::Cmd) {
+        cmd.arg(self.token)
+            .arg(self.ttl_ms)
+            .arg(self.fence_quantum)
+            .arg(self.fence_retention_ms);
+    }
+
+    /// A waiter's arguments, when it waits: its id, grace, the stale head to evict and its state,
+    /// and (`previous`) the token of its previous attempt.
+    pub(super) fn push_waiter(&self, cmd: &mut redis::Cmd, previous: bool) {
+        let Some(waiter) = self.waiter else { return };
+        let (evict, seen) = self.evict.unwrap_or(("", ""));
+        cmd.arg(&waiter.id)
+            .arg(waiter.grace.as_millis() as u64)
+            .arg(evict)
+            .arg(seen);
+        if previous {
+            cmd.arg(&waiter.previous);
+        }
+    }
+}
+
 impl AcquireReply {
     /// The reply of an acquire script (`ACQUIRE` and the scripts that reply as it does), its
     /// replicas' acknowledgements aside.
@@ -127,18 +151,8 @@ impl Node {
             cmd.arg(keys.queue()).arg(keys.queue_states());
         }
         // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
-        cmd.arg(req.token)
-            .arg(req.ttl_ms)
-            .arg(req.fence_quantum)
-            .arg(req.fence_retention_ms);
-        if let Some(waiter) = req.waiter {
-            let (evict, seen) = req.evict.unwrap_or(("", ""));
-            cmd.arg(&waiter.id)
-                .arg(waiter.grace.as_millis() as u64)
-                .arg(evict)
-                .arg(seen)
-                .arg(&waiter.previous);
-        }
+        req.push_args(&mut cmd);
+        req.push_waiter(&mut cmd, true);
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
         let (reply, acked): (Vec<Value>, _) =

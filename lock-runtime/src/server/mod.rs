@@ -475,16 +475,21 @@ impl Node {
                 self.settings.response_timeout,
             )
             .await?;
+        Ok(self.released(keys, &done, how))
+    }
+
+    /// What a release script's reply `done` says: whether the key was ours. Waiters in this
+    /// process learn of a release now, not one message later.
+    fn released(&self, keys: &Keys<impl AsRef<str>>, done: &Value, how: &Release) -> bool {
         let wake = match done {
             Value::Int(1) => Wake::Everyone,
-            Value::BulkString(handed) => Wake::of(&handed),
-            _ => return Ok(false),
+            Value::BulkString(handed) => Wake::of(handed),
+            _ => return false,
         };
         if how.keep_ms == 0 {
-            // Waiters in this process learn it now, not one message later.
             self.notifications.released_here(keys, wake);
         }
-        Ok(true)
+        true
     }
 
     /// Computes the fence of a lease taken without one, if the key still holds `token`

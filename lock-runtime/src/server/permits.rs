@@ -49,19 +49,9 @@ impl Node {
         for slot in &slots {
             cmd.arg(&slot.key);
         }
-        cmd.arg(req.token)
-            .arg(req.ttl_ms)
-            .arg(req.fence_quantum)
-            .arg(req.fence_retention_ms)
-            .arg(permits);
-        if let Some(waiter) = req.waiter {
-            let (evict, seen) = req.evict.unwrap_or(("", ""));
-            cmd.arg(&waiter.id)
-                .arg(waiter.grace.as_millis() as u64)
-                .arg(evict)
-                .arg(seen)
-                .arg(&waiter.previous);
-        }
+        req.push_args(&mut cmd);
+        cmd.arg(permits);
+        req.push_waiter(&mut cmd, true);
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
         let (reply, acked): (Vec<Value>, _) = self

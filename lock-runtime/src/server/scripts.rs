@@ -97,6 +97,43 @@ macro_rules! take_fence {
     };
 }
 
+/// Lua, for the acquire scripts: when the lock's key `cur` is handed to a waiter by id
+/// (`~<waiter id>`, see `RELEASE`), returns `{2, that waiter, its state}`.
+macro_rules! handed_to_another {
+    () => {
+        r"if cur and string.sub(cur, 1, 1) == '~' then
+  local head = string.sub(cur, 2)
+  return {2, head, redis.call('HGET', KEYS[4], head)}
+end
+"
+    };
+}
+
+/// Lua, for the acquire scripts of shared holds and permits: puts `waiter` at the end of the
+/// queue (KEYS[3]) unless it is in it, writes its state `$state` (KEYS[4]), and keeps both for 4
+/// of its graces `$grace` (ms), extended once less than half of that is left (see `ACQUIRE`).
+macro_rules! join_queue {
+    ($state:literal, $grace:literal) => {
+        concat!(
+            r"  if not redis.call('ZSCORE', KEYS[3], waiter) then
+    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
+  end
+  redis.call('HSET', KEYS[4], waiter, ",
+            $state,
+            r")
+  local keep = 4 * tonumber(",
+            $grace,
+            r")
+  if redis.call('PTTL', KEYS[4]) < keep / 2 then
+    redis.call('PEXPIRE', KEYS[3], keep)
+    redis.call('PEXPIRE', KEYS[4], keep)
+  end
+"
+        )
+    };
+}
+
 /// KEYS: lock, fence, waiter queue, waiter states.
 /// ARGV: 1 value (the token, also this attempt's nonce), 2 ttl ms, 3 fence quantum µs (1: one
 /// server; 1000000: a Redlock node), 4 fence counter retention ms (0: forever); then, only for a
@@ -204,11 +241,9 @@ if waiter ~= '' then
     redis.call('SETRANGE', KEYS[1], #cur - 1, '1')
   end
 end
-if cur and string.sub(cur, 1, 1) == '~' then
-  local head = string.sub(cur, 2)
-  return {2, head, redis.call('HGET', KEYS[4], head)}
-end
-local pttl = redis.call('PTTL', KEYS[1])
+",
+        handed_to_another!(),
+        r"local pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 and first then
   return {2, first, redis.call('HGET', KEYS[4], first)}
 end
@@ -507,17 +542,9 @@ if taken then
         take_fence!(", index"),
         r"end
 if waiter ~= '' then
-  if not redis.call('ZSCORE', KEYS[3], waiter) then
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
-    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
-  end
-  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[7])
-  local keep = 4 * tonumber(ARGV[7])
-  if redis.call('PTTL', KEYS[4]) < keep / 2 then
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-end
+",
+        join_queue!("ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. ARGV[7]", "ARGV[7]"),
+        r"end
 if #free > 0 and first then return {2, first, redis.call('HGET', KEYS[4], first)} end
 return {0, soonest or -1}
 ",
@@ -629,26 +656,16 @@ if handed or ((not cur or shared) and not ahead) then
   return {1, fence, cur}
 end
 if waiter ~= '' then
-  if not redis.call('ZSCORE', KEYS[3], waiter) then
-    local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')[2]
-    redis.call('ZADD', KEYS[3], 'NX', (tonumber(last) or 0) + 1, waiter)
-  end
-  redis.call('HSET', KEYS[4], waiter, ARGV[1] .. ' ' .. ARGV[8])
-  local keep = 4 * tonumber(ARGV[8])
-  if redis.call('PTTL', KEYS[4]) < keep / 2 then
-    redis.call('PEXPIRE', KEYS[3], keep)
-    redis.call('PEXPIRE', KEYS[4], keep)
-  end
-  -- Queued behind an exclusive holder: mark its value, so that its release hands the lock over.
+",
+        join_queue!("ARGV[1] .. ' ' .. ARGV[8]", "ARGV[8]"),
+        r"  -- Queued behind an exclusive holder: mark its value, so that its release hands the lock over.
   if cur and string.sub(cur, -4) == ';w=0' and not shared then
     redis.call('SETRANGE', KEYS[1], #cur - 1, '1')
   end
 end
-if cur and string.sub(cur, 1, 1) == '~' then
-  local head = string.sub(cur, 2)
-  return {2, head, redis.call('HGET', KEYS[4], head)}
-end
-if not cur and first then
+",
+        handed_to_another!(),
+        r"if not cur and first then
   return {2, first, redis.call('HGET', KEYS[4], first)}
 end
 return {0, redis.call('PTTL', KEYS[1])}

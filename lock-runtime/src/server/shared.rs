@@ -5,7 +5,6 @@ use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
 use super::acquire::{AcquireReply, AcquireRequest};
-use super::pubsub::Wake;
 use super::{Node, Release};
 use crate::model::keys::Keys;
 use crate::server::scripts::{self, evalsha};
@@ -26,19 +25,9 @@ impl Node {
             .arg(keys.queue())
             .arg(keys.queue_states())
             .arg(keys.readers());
-        cmd.arg(req.token)
-            .arg(req.ttl_ms)
-            .arg(req.fence_quantum)
-            .arg(req.fence_retention_ms)
-            .arg(hold_ms)
-            .arg(self.publish_command());
-        if let Some(waiter) = req.waiter {
-            let (evict, seen) = req.evict.unwrap_or(("", ""));
-            cmd.arg(&waiter.id)
-                .arg(waiter.grace.as_millis() as u64)
-                .arg(evict)
-                .arg(seen);
-        }
+        req.push_args(&mut cmd);
+        cmd.arg(hold_ms).arg(self.publish_command());
+        req.push_waiter(&mut cmd, false);
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
         let (reply, acked): (Vec<Value>, _) =
@@ -91,14 +80,6 @@ impl Node {
             .arg(how.keep_ms);
         let limit = self.settings.response_timeout;
         let (done, _): (Value, _) = self.eval(script, &cmd, None, limit).await?;
-        let wake = match done {
-            Value::Int(1) => Wake::Everyone,
-            Value::BulkString(handed) => Wake::of(&handed),
-            _ => return Ok(false),
-        };
-        if how.keep_ms == 0 {
-            self.notifications.released_here(keys, wake);
-        }
-        Ok(true)
+        Ok(self.released(keys, &done, how))
     }
 }
