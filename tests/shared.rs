@@ -395,3 +395,39 @@ async fn inspect_shows_every_shared_holder() {
     b.release().await.unwrap();
     assert!(env.locker.inspect("seen").await.unwrap().is_none());
 }
+
+/// `min_hold` as for a lock: the last shared holder's early release keeps the key for the rest
+/// of `min_hold` (an exclusive caller gets it only then), and so does a permit's.
+#[tokio::test]
+async fn min_hold_keeps_a_shared_hold_and_a_permit() {
+    let env = Env::start().await;
+    let shared = LockOptions::new(ms(5_000))
+        .with_shared(true)
+        .with_min_hold(ms(600));
+    let begun = Instant::now();
+    let reader = env.locker.acquire("kept", &shared).await.unwrap();
+    reader.release().await.unwrap();
+    let exclusive = LockOptions::new(ms(5_000)).with_wait(ms(5_000));
+    let writer = env.locker.acquire("kept", &exclusive).await.unwrap();
+    let waited = begun.elapsed();
+    assert!(waited >= ms(550), "taken {waited:?} after the start");
+    writer.release().await.unwrap();
+
+    let permits = LockOptions::new(ms(5_000)).with_permits(2);
+    let kept = env
+        .locker
+        .acquire("kept-permit", &permits.with_min_hold(ms(2_000)))
+        .await;
+    kept.unwrap().release().await.unwrap();
+    let other = env.locker.acquire("kept-permit", &permits).await.unwrap();
+    let busy = env
+        .locker
+        .acquire("kept-permit", &permits)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(busy, LockError::Busy { .. }),
+        "the kept permit: {busy}"
+    );
+    other.release().await.unwrap();
+}
