@@ -147,7 +147,7 @@ fn checker_reports_more_permit_holders_than_permits() {
 /// A read-write lock: shared holds inside together pass, an exclusive hold alone passes; an
 /// exclusive hold inside with a shared one is a crowd, whichever entered first.
 #[test]
-fn checker_reports_an_exclusive_hold_inside_with_a_shared_one() {
+fn checker_reports_an_exclusive_hold_inside_with_any_other() {
     let (s, x) = (HoldMode::Shared, HoldMode::Exclusive);
     let clean = check(&[
         enter_as(1, "r1", 1, s),
@@ -180,4 +180,12 @@ fn checker_reports_an_exclusive_hold_inside_with_a_shared_one() {
     ]);
     assert_eq!(reader_joins.crowds.len(), 2, "{reader_joins}");
     assert_eq!(reader_joins.violations(), 2);
+    // Two writers that leave without writing: only this check sees them.
+    let two_writers = check(&[
+        enter_as(1, "w1", 1, x),
+        enter_as(2, "w2", 2, x),
+        leave(3, "w1", 1),
+        leave(4, "w2", 2),
+    ]);
+    assert_eq!(two_writers.violations(), 1, "{two_writers}");
 }

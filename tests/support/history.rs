@@ -491,7 +491,13 @@ fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec
         let of = |mode| inside.iter().filter(|&&j| holds[j].mode == mode).count();
         let too_many = of(HoldMode::Permit) > permits as usize;
         let exclusive = of(HoldMode::Exclusive);
-        if too_many || exclusive > 1 || (exclusive > 0 && of(HoldMode::Shared) > 0) {
+        // Two exclusive holds that both wrote are judged by their writes (`overlaps`); one that
+        // left without writing (a read-write lock's writer) has only this check.
+        let unwritten = inside
+            .iter()
+            .any(|&j| holds[j].mode == HoldMode::Exclusive && holds[j].accepted.is_none());
+        let doubled = exclusive > 1 && unwritten;
+        if too_many || doubled || (exclusive > 0 && of(HoldMode::Shared) > 0) {
             out.push(Crowd {
                 seq,
                 inside: inside.clone(),
