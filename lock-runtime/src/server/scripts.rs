@@ -97,6 +97,26 @@ macro_rules! take_fence {
     };
 }
 
+/// Lua, for the acquire scripts of a lock's key: evicts the queue head `$evict` (a waiter id;
+/// empty: none) if its state is still `$seen`, the state a caller saw it in for longer than its
+/// grace (see `ACQUIRE`), with the key if it was handed to that waiter by id.
+macro_rules! evict_stale_head {
+    ($evict:literal, $seen:literal) => {
+        concat!(
+            "local evict = ",
+            $evict,
+            " or ''\nif evict ~= '' and redis.call('HGET', KEYS[4], evict) == ",
+            $seen,
+            r" then
+  redis.call('ZREM', KEYS[3], evict)
+  redis.call('HDEL', KEYS[4], evict)
+  if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
+end
+"
+        )
+    };
+}
+
 /// Lua, for the acquire scripts: when the lock's key `cur` is handed to a waiter by id
 /// (`~<waiter id>`, see `RELEASE`), returns `{2, that waiter, its state}`.
 macro_rules! handed_to_another {
@@ -180,13 +200,9 @@ local function marked(value)
   if string.sub(value, -4) == ';w=0' then return string.sub(value, 1, -2) .. '1' end
 end
 -- No `EXISTS` first: an absent queue has no head.
-local evict = ARGV[7] or ''
-if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[8] then
-  redis.call('ZREM', KEYS[3], evict)
-  redis.call('HDEL', KEYS[4], evict)
-  if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
-end
-local first
+",
+        evict_stale_head!("ARGV[7]", "ARGV[8]"),
+        r"local first
 while true do
   first = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   if not first or redis.call('HEXISTS', KEYS[4], first) == 1 then break end
@@ -603,13 +619,9 @@ pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
 local waiter = ARGV[7] or ''
-local evict = ARGV[9] or ''
-if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[10] then
-  redis.call('ZREM', KEYS[3], evict)
-  redis.call('HDEL', KEYS[4], evict)
-  if redis.pcall('GET', KEYS[1]) == '~' .. evict then redis.call('DEL', KEYS[1]) end
-end
-local line = redis.call('ZRANGE', KEYS[3], 0, -1)
+",
+        evict_stale_head!("ARGV[9]", "ARGV[10]"),
+        r"local line = redis.call('ZRANGE', KEYS[3], 0, -1)
 -- Whether an exclusive waiter is queued before this caller; the first one in line.
 local ahead, first = false, nil
 for _, id in ipairs(line) do
