@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::{Lease, LockError, LockOptions, Locker};
+use lock_testing::RedisServer;
 use rig::{Baseline, Forcing, Injected, Rig, inject};
 use slots::{Kind, assert_sound, slots_soak};
 use support::fenced::FencedStore;
@@ -475,6 +476,18 @@ fn print_overlaps(report: &Report, records: &Records, injected: &Injected) {
     );
 }
 
+/// An unsafe control's parts: a lock server, a server for the store, an unfenced store of
+/// `name` on it (emptied), and a locker on the lock server.
+async fn control(name: &str) -> (RedisServer, RedisServer, FencedStore, Locker) {
+    let (server, store_server) = (RedisServer::start(), RedisServer::start());
+    let store = FencedStore::connect(&store_server.url(), name)
+        .await
+        .unwrap();
+    store.reset(Mode::Unfenced).await.unwrap();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    (server, store_server, store, locker)
+}
+
 const PERMITS: u32 = 3;
 
 /// 8 tasks share 3 permits under the lock soak's faults (`SOAK_SECS`, default 5 s): never more
@@ -493,13 +506,7 @@ async fn soak_permits_random_faults_at_most_n_inside() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
     const NAME: &str = "control-permits";
-    let server = lock_testing::RedisServer::start();
-    let store_server = lock_testing::RedisServer::start();
-    let store = FencedStore::connect(&store_server.url(), NAME)
-        .await
-        .unwrap();
-    store.reset(Mode::Unfenced).await.unwrap();
-    let locker = Locker::connect(&server.url()).await.unwrap();
+    let (server, _store_server, store, locker) = control(NAME).await;
     // Renewals far apart: nothing notices the deleted key before the holders leave.
     let o = LockOptions::new(ms(30_000))
         .with_permits(PERMITS)
@@ -593,13 +600,7 @@ async fn soak_read_write_random_faults_no_exclusive_with_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_write_control_a_key_deleted_under_shared_holders_lets_a_writer_in() {
     const NAME: &str = "control-rw";
-    let server = lock_testing::RedisServer::start();
-    let store_server = lock_testing::RedisServer::start();
-    let store = FencedStore::connect(&store_server.url(), NAME)
-        .await
-        .unwrap();
-    store.reset(Mode::Unfenced).await.unwrap();
-    let locker = Locker::connect(&server.url()).await.unwrap();
+    let (server, _store_server, store, locker) = control(NAME).await;
     let o = LockOptions::new(ms(30_000)).with_wait(ms(5_000));
     let (entered, mut inside) = tokio::sync::mpsc::channel(2);
     let (go, gate) = tokio::sync::watch::channel(false);
