@@ -301,8 +301,8 @@ async fn every_permit_holder_is_shown_and_the_lock_is_listed_once() {
     for lease in leases {
         lease.release().await.unwrap();
     }
-    // The count stays (as the fence counter does); with no permit held the lock is free.
-    assert!(env.exists(&format!("{}:permits", env.key("pool"))).await);
+    // The last permit out frees the lock's key of its mark: the name is free for any mode.
+    assert!(!env.exists(&env.key("pool")).await);
     assert_eq!(env.locker.inspect("pool").await.unwrap(), None);
     assert_eq!(names(env.locker.list("*").await.unwrap()), ["plain"]);
     plain.release().await.unwrap();
@@ -379,7 +379,8 @@ async fn force_release_of_a_permit_holders_value_frees_that_permit_only() {
 }
 
 /// A shared hold as the engine keeps it: the key holds `shared:<first holder's value>`, the
-/// holders are in `<key>:readers` scored by their fences.
+/// holders are in `<key>:readers` as `<value> <fence>`, each scored by its expiry (ms on the
+/// server's clock); a holder whose expiry has passed (a dead one) is not shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shared_hold_is_read_as_its_shared_holders_with_their_fences() {
     let env = Env::start().await;
@@ -404,11 +405,16 @@ async fn a_shared_hold_is_read_as_its_shared_holders_with_their_fences() {
         .arg(10_000)
         .clone();
     let () = query(&env.raw, &set).await;
+    let (secs, micros): (u64, u64) = query(&env.raw, &redis::cmd("TIME")).await;
+    let now_ms = secs * 1000 + micros / 1000;
     let mut zadd = redis::cmd("ZADD");
     zadd.arg(format!("{key}:readers"));
     for (fence, value) in fences.iter().zip(&values) {
-        zadd.arg(*fence).arg(value);
+        zadd.arg(now_ms + 10_000).arg(format!("{value} {fence}"));
     }
+    // A holder whose lease ran out a second ago.
+    zadd.arg(now_ms - 1_000)
+        .arg(format!("{} 1750000000000016", values[1]));
     let _: i64 = query(&env.raw, &zadd).await;
 
     let info = env.locker.inspect("doc").await.unwrap().unwrap();
@@ -454,4 +460,31 @@ async fn a_shared_hold_is_read_as_its_shared_holders_with_their_fences() {
     let names: Vec<_> = listed.iter().map(|i| i.name.as_str()).collect();
     assert_eq!(names, ["doc"]);
     assert_eq!(listed[0].holders.len(), 2);
+}
+
+/// A forced release that hands the lock to a waiter computes the waiter's fence and writes the
+/// counter: the counter keeps the locker's retention (an expiry), as every key the engine writes
+/// does, even where no counter existed before (a lease taken uncontended writes its fence only
+/// at its release).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_that_hands_the_lock_over_keeps_the_counters_expiry() {
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(10_000));
+    let held = env.locker.acquire("job", &o).await.unwrap();
+    let waiter = {
+        let locker = env.second_locker().await;
+        let o = o.with_wait(ms(10_000));
+        tokio::spawn(async move { locker.acquire("job", &o).await })
+    };
+    eventually(ms(5_000), "the waiter queued", || async {
+        let info = env.locker.inspect("job").await.unwrap();
+        info.is_some_and(|i| !i.waiters.is_empty())
+    })
+    .await;
+    assert!(!env.exists("lock:{job}:fence").await);
+    assert!(env.locker.force_release("job", held.token()).await.unwrap());
+    let lease = waiter.await.unwrap().expect("the waiter gets the lock");
+    let pttl = env.pttl("lock:{job}:fence").await;
+    assert!(pttl > 0, "the fence counter has no expiry: PTTL {pttl}");
+    lease.release().await.unwrap();
 }

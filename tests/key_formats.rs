@@ -216,3 +216,71 @@ async fn a_release_only_ever_raises_the_fence_counter() {
         assert_eq!(raw_get(&raw, &counter).await, Some(meanwhile));
     }
 }
+
+/// Both key formats on one server, with the default prefix: a Plain lock named after a derived
+/// key of a hash-tagged lock (`{bars}:readers` is `lock:{bars}:readers`, the shared holders of
+/// `bars`) keeps its key and its holder through every mode of `bars` (a shared hold, a waiter
+/// queueing, permits): the hash-tagged caller is told which key is not its own, and nothing of
+/// the Plain holder's is deleted or overwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_script_deletes_or_overwrites_a_key_of_the_other_format() {
+    let server = RedisServer::start();
+    let plain = plain_locker(&server).await;
+    let tagged = Locker::connect(&server.url()).await.unwrap();
+    let raw = raw_connection(&server.url()).await;
+    let opts = LockOptions::new(ms(10_000));
+    let derived = [
+        "{bars}:readers",
+        "{bars}:waiters",
+        "{bars}:waiters:state",
+        "{bars}:fence",
+    ];
+    let mut held = Vec::new();
+    for name in derived {
+        held.push(plain.acquire(name, &opts).await.unwrap());
+    }
+    let values: Vec<String> = held.iter().map(|l| l.token().to_owned()).collect();
+    let waiting = opts.with_wait(ms(300));
+    let attempts = [
+        ("a shared hold", opts.with_shared(true)),
+        ("a waiting shared hold", waiting.with_shared(true)),
+        ("a permit", opts.with_permits(3)),
+        ("a waiting permit", waiting.with_permits(3)),
+        ("an exclusive hold", opts),
+    ];
+    for (what, o) in &attempts {
+        match tagged.acquire("bars", o).await {
+            Ok(lease) => lease.release().await.unwrap(),
+            Err(LockError::NotALock { key, .. }) => {
+                assert!(
+                    derived.iter().any(|d| key == format!("lock:{d}")),
+                    "{what}: {key}"
+                );
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+        // Nothing is left held by an attempt that was refused.
+        assert_eq!(tagged.inspect("bars").await.unwrap(), None, "{what}");
+    }
+    // A waiter queues behind an exclusive holder of `cellar`, whose queue is a Plain lock's key.
+    let queue = plain.acquire("{cellar}:waiters", &opts).await.unwrap();
+    let holder = tagged.acquire("cellar", &opts).await.unwrap();
+    let err = tagged.acquire("cellar", &waiting).await.unwrap_err();
+    assert!(matches!(err, LockError::NotALock { .. }), "{err}");
+    assert!(err.to_string().contains("lock:{cellar}:waiters"), "{err}");
+    holder.release().await.unwrap();
+    assert!(queue.is_held());
+    queue.release().await.unwrap();
+    for ((name, lease), value) in derived.iter().zip(&held).zip(&values) {
+        let key = format!("lock:{name}");
+        assert_eq!(
+            raw_get(&raw, &key).await.as_deref(),
+            Some(value.as_str()),
+            "{key}"
+        );
+        assert!(lease.is_held(), "{name} lost its key");
+    }
+    for lease in held {
+        lease.release().await.unwrap();
+    }
+}

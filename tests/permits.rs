@@ -177,7 +177,10 @@ async fn another_number_of_permits_is_a_config_error_naming_both() {
     let five = LockOptions::new(ms(5_000)).with_permits(5);
     let err = env.locker.acquire("api", &five).await.unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
-    assert_mentions(&err, &["api", "permits = 5", "permits = 3"]);
+    assert_mentions(&err, &["api", "permits = 5", "permits = 3", "`lock:{api}`"]);
+    held.release().await.unwrap();
+    // No holder left: the name is free for another N.
+    let held = env.locker.acquire("api", &five).await.unwrap();
     held.release().await.unwrap();
     for bad in [0, 1_001] {
         let err = LockOptions::new(ms(5_000))
@@ -369,4 +372,91 @@ async fn a_permit_freed_by_expiry_goes_to_the_first_in_line() {
         cut_in, 0,
         "a caller that came later took the freed permit first"
     );
+}
+
+/// One name, several modes: a caller whose mode (or N) is not the holders' gets a `Config`
+/// error naming the lock, the mode in use and what to change, on the uncontended path and on
+/// the waiting one, and is never inside beside them; callers of the holders' mode join or wait
+/// as usual. Exclusive and shared holds are the two sides of one read-write lock.
+#[tokio::test]
+async fn a_caller_of_another_mode_is_refused_and_never_inside_with_the_holders() {
+    let env = Env::start().await;
+    let permits = |n| LockOptions::new(ms(5_000)).with_permits(n);
+    let exclusive = LockOptions::new(ms(5_000));
+    let shared = LockOptions::new(ms(5_000)).with_shared(true);
+    let held = env.locker.acquire("mix", &permits(3)).await.unwrap();
+    let refused = [
+        (exclusive, "an exclusive hold"),
+        (exclusive.with_wait(ms(2_000)), "an exclusive hold"),
+        (permits(1), "an exclusive hold"),
+        (shared, "a shared hold"),
+        (shared.with_wait(ms(2_000)), "a shared hold"),
+        (permits(2).with_wait(ms(2_000)), "permits = 2"),
+    ];
+    for (o, asked) in &refused {
+        let started = Instant::now();
+        let err = env.locker.acquire("mix", o).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{asked}: {err}");
+        assert_mentions(
+            &err,
+            &[
+                "mix",
+                asked,
+                "held with permits = 3",
+                "`lock:{mix}`",
+                "permits = 3, or use",
+            ],
+        );
+        // Refused at once, not after waiting.
+        assert!(
+            started.elapsed() < ms(1_000),
+            "{asked}: {:?}",
+            started.elapsed()
+        );
+    }
+    // The holders' mode joins.
+    let second = env.locker.acquire("mix", &permits(3)).await.unwrap();
+    for lease in [held, second] {
+        lease.release().await.unwrap();
+    }
+    // Free again: any mode takes it; then permits are refused beside an exclusive or a shared
+    // holder.
+    for (o, in_use) in [(exclusive, "an exclusive hold"), (shared, "shared holds")] {
+        let holder = env.locker.acquire("mix", &o).await.unwrap();
+        let err = env.locker.acquire("mix", &permits(3)).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+        assert_mentions(
+            &err,
+            &["asks for permits = 3", &format!("held with {in_use}")],
+        );
+        holder.release().await.unwrap();
+    }
+    assert!(!env.exists(&env.key("mix")).await);
+}
+
+/// What tells callers which N the holders use lives exactly as long as some holder does: with a
+/// fence counter kept only 300 ms, three holders renewing for 2 s still keep another N out (no
+/// fourth, fifth caller gets in beside them); once they have gone, another N is taken at once.
+#[tokio::test]
+async fn the_holders_n_lives_as_long_as_they_do() {
+    let env = Env::start().await;
+    let locker = env.locker_with(|b| b.fence_retention(Some(ms(300)))).await;
+    let three = LockOptions::new(ms(10_000))
+        .with_lease(ms(600))
+        .with_permits(3);
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        leases.push(locker.acquire("pool", &three).await.unwrap());
+    }
+    tokio::time::sleep(ms(2_000)).await;
+    let five = LockOptions::new(ms(10_000)).with_permits(5);
+    let err = locker.acquire("pool", &five).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert_mentions(&err, &["held with permits = 3", "`lock:{pool}`"]);
+    assert!(leases.iter().all(|l| l.is_held()));
+    for lease in leases {
+        lease.release().await.unwrap();
+    }
+    let taken = locker.acquire("pool", &five).await.unwrap();
+    taken.release().await.unwrap();
 }

@@ -431,3 +431,68 @@ async fn min_hold_keeps_a_shared_hold_and_a_permit() {
     );
     other.release().await.unwrap();
 }
+
+/// A shared holder process (lease 1 s) killed with SIGKILL while another shared holder (lease
+/// 6 s) holds, and a writer queued: the dead holder keeps the writer out no longer than its own
+/// lease. When the live holder leaves after the dead one's lease ran out, the writer gets in at
+/// once; when it leaves before, the writer gets in when the dead one's lease runs out, not when
+/// the live one's would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_shared_holder_keeps_writers_out_no_longer_than_its_lease() {
+    for leaves_after_ms in [1_300, 200] {
+        let env = Env::start().await;
+        let mut dead = Holder::spawn(
+            "hold",
+            &[
+                ("redis", env.server.url()),
+                ("name", "books".to_owned()),
+                ("ttl", "60000".to_owned()),
+                ("lease", "1000".to_owned()),
+                ("shared", "1".to_owned()),
+            ],
+        );
+        dead.expect("acquired", ms(10_000)).await;
+        let live_opts = LockOptions::new(ms(60_000))
+            .with_lease(ms(6_000))
+            .with_shared(true);
+        let live = env.locker.acquire("books", &live_opts).await.unwrap();
+        let writer = {
+            let locker = env.second_locker().await;
+            let o = LockOptions::new(ms(5_000)).with_wait(ms(15_000));
+            tokio::spawn(async move {
+                let lease = locker.acquire("books", &o).await;
+                (Instant::now(), lease)
+            })
+        };
+        eventually(ms(2_000), "the writer queues", || async {
+            env.exists("lock:{books}:waiters").await
+        })
+        .await;
+        dead.kill();
+        let killed = Instant::now();
+        tokio::time::sleep(ms(leaves_after_ms)).await;
+        live.release().await.unwrap();
+        let left = Instant::now();
+        let (got_in, lease) = writer.await.unwrap();
+        lease
+            .expect("the writer gets the lock")
+            .release()
+            .await
+            .unwrap();
+        let after_crash = got_in - killed;
+        let after_leave = got_in - left;
+        println!(
+            "leaves {leaves_after_ms} ms after the crash: writer in {after_crash:?} after it, {after_leave:?} after the leave"
+        );
+        assert!(
+            after_crash <= ms(1_600),
+            "the writer got in {after_crash:?} after the crash of a holder with a 1 s lease"
+        );
+        if leaves_after_ms > 1_000 {
+            assert!(
+                after_leave <= ms(300),
+                "the writer got in {after_leave:?} after the last live holder left"
+            );
+        }
+    }
+}

@@ -292,7 +292,13 @@ async fn release(
         Ok(holding) => holding,
         Err(refusal) => return Ok(refuse(name, &info, refusal, json)),
     };
-    let released = if render::several(&info) {
+    let released = if holding.shared {
+        format!(
+            "took {} out of the shared holders (the others keep the lock; the last one out \
+             releases it)",
+            render::holding_who(holding)
+        )
+    } else if render::several(&info) {
         format!(
             "freed {}, held by {}",
             render::holding_mode(&info, holding),
@@ -332,8 +338,6 @@ enum Refusal {
     Changed(String),
     /// Several hold the lock and no `--token` says which.
     Which,
-    /// A shared holder: its hold is released by the shared holders themselves.
-    Shared,
 }
 
 /// The holder that `release` releases: the one `token` names (its full value, or its token),
@@ -350,9 +354,6 @@ fn chosen<'a>(info: &'a LockInfo, token: Option<&str>) -> Result<&'a Holding, Re
             _ => return Err(Refusal::Which),
         },
     };
-    if holding.shared {
-        return Err(Refusal::Shared);
-    }
     Ok(holding)
 }
 
@@ -373,13 +374,6 @@ fn refuse(name: &str, info: &LockInfo, refusal: Refusal, json: bool) -> ExitCode
                  deleted"
             ),
             USAGE_ERROR,
-        ),
-        Refusal::Shared => (
-            format!(
-                "it is a shared hold ({holders}); a shared holder is not released by force; \
-                 nothing was deleted"
-            ),
-            REFUSED,
         ),
     };
     println!(

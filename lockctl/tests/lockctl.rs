@@ -372,7 +372,8 @@ async fn watch_shows_a_hand_off() {
 
 /// A lock with 3 permits, 2 held: `inspect` and `list` show each holder as `permit i of 3`, and
 /// `release --force` frees the one `--token` names (without it, it asks which). A shared hold,
-/// written as the engine keeps it: each shared holder with its fence, and not released by force.
+/// written as the engine keeps it: each live shared holder with its fence (a dead one, whose
+/// lease ran out, is not shown), and `release --force --token` takes one out of the holders.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_holder_is_shown_with_its_mode() {
     let server = RedisServer::start();
@@ -454,6 +455,8 @@ async fn shared_holders_are_shown_with_their_fences(url: &str, a: &Locker, b: &L
         .await
         .unwrap();
     let key = a.key_of("doc");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut raw).await.unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
     let mut pipe = redis::pipe();
     pipe.cmd("SET")
         .arg(&key)
@@ -462,10 +465,12 @@ async fn shared_holders_are_shown_with_their_fences(url: &str, a: &Locker, b: &L
         .arg(30_000)
         .cmd("ZADD")
         .arg(format!("{key}:readers"))
-        .arg(41)
-        .arg(&values[0])
-        .arg(42)
-        .arg(&values[1]);
+        .arg(now_ms + 30_000)
+        .arg(format!("{} 41", values[0]))
+        .arg(now_ms + 30_000)
+        .arg(format!("{} 42", values[1]))
+        .arg(now_ms - 5_000)
+        .arg(format!("{} 40", values[1]));
     let () = pipe.query_async(&mut raw).await.unwrap();
 
     let text = stdout(&lockctl(url, &["inspect", "doc"]));
@@ -483,8 +488,28 @@ async fn shared_holders_are_shown_with_their_fences(url: &str, a: &Locker, b: &L
         "{json}"
     );
     assert!(json.contains("\"fence\":42,"), "{json}");
+    assert!(!text.contains("fence 40"), "a dead holder is shown: {text}");
+    // Two hold it: release asks which, once; then takes the one named out of the holders.
+    let out = lockctl(url, &["release", "doc", "--force"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(stdout(&out).contains("--token"), "{out:?}");
     let token = values[1].split(';').next().unwrap();
     let out = lockctl(url, &["release", "doc", "--force", "--token", token]);
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
-    assert!(stdout(&out).contains("shared hold"), "{out:?}");
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains("out of the shared holders (the others keep the lock"),
+        "{out:?}"
+    );
+    let left = stdout(&lockctl(url, &["inspect", "doc"]));
+    assert!(left.contains("holders   shared by 1\n"), "{left}");
+    assert!(left.contains(" (a)  fence 41  held "), "{left}");
+    // The last one out releases the lock.
+    let out = lockctl(url, &["release", "doc", "--force"]);
+    assert!(out.status.success(), "{out:?}");
+    let gone: bool = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!gone, "the shared hold's key is left after its last holder");
 }

@@ -12,7 +12,7 @@ use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
 use crate::deployment::{Acquired, Ask, Deployment, Held, Late};
 use crate::hold::watchdog::Watchdog;
-use crate::model::keys::Keys;
+use crate::model::keys::{Keys, PERMITS_MARK};
 use crate::model::options::HoldKind;
 use crate::server::Waiter;
 use crate::server::pubsub::{Grant, Subscription, Wake};
@@ -49,7 +49,8 @@ struct Taken {
     sent: Instant,
     /// How long the key was set for.
     set_for: Duration,
-    /// For a shared hold, the holder's own token (`token` is then the key's shared value).
+    /// For a shared hold, the holder's place among the holders (`token` is then the key's
+    /// shared value).
     reader: Option<String>,
 }
 
@@ -405,7 +406,7 @@ impl Acquirer {
         }
         // With permits, the grant is of the permit it names.
         let permit = match (opts.kind(), grant.permit) {
-            (HoldKind::Permits(_), Some(index)) => Some(keys.permit(index)),
+            (HoldKind::Permits(n), Some(index)) => Some(keys.permit(index, n)),
             (HoldKind::Permits(_), None) => return None,
             _ => None,
         };
@@ -452,7 +453,6 @@ impl Acquirer {
             evict: evict.as_ref().map(|(h, s)| (h.as_str(), s.as_str())),
             fenced: opts.fenced(),
             kind: opts.kind(),
-            hold_ms: opts.ttl().as_millis() as u64,
         };
         // Armed until the outcome is settled: dropped mid-request, it undoes what the request did.
         let in_flight = InFlight {
@@ -489,8 +489,8 @@ impl Acquirer {
         // the key's shared value, and leaves the holders under its own token.
         let (permit, token, reader) = match held {
             Held::Key => (None, token, None),
-            Held::Permit(index) => (Some(keys.permit(index)), token, None),
-            Held::Shared(value) => (None, value, Some(token)),
+            Held::Permit(index, n) => (Some(keys.permit(index, n)), token, None),
+            Held::Shared(place) => (None, place.value, Some(place.member)),
         };
         let keys = permit.as_ref().unwrap_or(keys);
         let taken = Taken {
@@ -517,7 +517,7 @@ impl Acquirer {
         let limit = self.deployment.response_timeout().min(validity);
         let keys = match held {
             Held::Shared(_) => return self.deployment.forget(keys, token, HoldKind::Shared),
-            Held::Permit(index) => keys.permit(*index),
+            Held::Permit(index, n) => keys.permit(*index, *n),
             Held::Key => keys.clone(),
         };
         let abandon = self
@@ -567,6 +567,13 @@ impl Acquirer {
         } else {
             taken.sent + opts.renew()
         };
+        // A shared holder also renews its place among the holders; a permit's holder, the mark
+        // on its lock's key that keeps other modes out.
+        let also_renews = match (&taken.reader, keys.permits()) {
+            (Some(place), _) => Some((keys.readers().to_string(), place.clone())),
+            (None, 0) => None,
+            (None, n) => Some((keys.lock_key().to_owned(), format!("{PERMITS_MARK}{n}"))),
+        };
         let state = Arc::new(LeaseState::new(Granted {
             name: name.take().unwrap_or_default(),
             key: keys.key.clone(),
@@ -582,6 +589,8 @@ impl Acquirer {
             template: opts.template(),
             mode: opts.mode(),
             reader: taken.reader,
+            permits: keys.permits(),
+            also_renews,
         }));
         let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), renewing);

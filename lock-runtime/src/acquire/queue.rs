@@ -210,7 +210,7 @@ mod tests {
 
     use super::QueuePlace;
     use crate::model::keys::Keys;
-    use crate::server::{AcquireReply, AcquireRequest, Node, Release, Waiter};
+    use crate::server::{AcquireReply, AcquireRequest, Node, Waiter};
     use crate::transport::connect::Settings;
 
     async fn attempt(
@@ -268,7 +268,7 @@ mod tests {
         ));
         // The next attempt is made but never reaches the server.
         let _ = place.join(&crate::model::holder::value(&suffix));
-        assert!(node.release(&keys, &holder, &Release::UNDO).await.unwrap());
+        assert!(node.release(&keys, &holder, &node.undo()).await.unwrap());
         let client = redis::Client::open(server.url()).unwrap();
         let mut raw = client.get_multiplexed_async_connection().await.unwrap();
         let value: Option<String> = redis::cmd("GET")

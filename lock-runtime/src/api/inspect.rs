@@ -273,13 +273,12 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
         .arg(keys.queue())
         .arg(0)
         .arg(-1)
-        .cmd("GET")
-        .arg(keys.permit_count())
         .cmd("ZRANGE")
         .arg(keys.readers())
         .arg(0)
         .arg(-1)
-        .arg("WITHSCORES");
+        .arg("WITHSCORES")
+        .cmd("TIME");
     let replies: Vec<redis::RedisResult<Value>> = node
         .query_pipeline(&pipe)
         .await
@@ -289,12 +288,19 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
     let pttl: i64 = read(replies.next()).unwrap_or(-1);
     let fence: Option<String> = read(replies.next());
     let queue = read(replies.next()).unwrap_or_default();
-    let permits = read::<String>(replies.next()).and_then(|n| crate::server::parse_count(&n));
-    let readers = replies
-        .next()
-        .and_then(Result::ok)
-        .map(scored)
-        .unwrap_or_default();
+    let places = replies.next().and_then(Result::ok).map(scored);
+    let now_ms = read::<(u64, u64)>(replies.next()).map(|(s, us)| s * 1000 + us / 1000);
+    // Only the live shared holders: a holder's place ends with its lease.
+    let readers = places
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, expires)| now_ms.is_none_or(|now| expires.is_none_or(|e| e > now)))
+        .map(|(place, _)| match place.split_once(' ') {
+            Some((value, fence)) => (value.to_owned(), fence.parse().ok()),
+            None => (place, None),
+        })
+        .collect();
+    let permits = value.as_deref().and_then(crate::server::permits_of);
     let held = match permits {
         Some(n) => held_permits(node, keys, n).await?,
         None => Vec::new(),
@@ -310,7 +316,7 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
 }
 
 /// The members and scores of a `ZRANGE .. WITHSCORES` reply: pairs (RESP3), or members and
-/// scores in turn (RESP2).
+/// scores in turn (RESP2); a score that is not a whole number reads as none.
 fn scored(reply: Value) -> Vec<(String, Option<u64>)> {
     let Value::Array(items) = reply else {
         return Vec::new();
@@ -329,10 +335,10 @@ fn scored(reply: Value) -> Vec<(String, Option<u64>)> {
                 Value::Double(d) => Some(*d),
                 other => text_of(Some(Ok(other.clone()))).and_then(|s| s.parse().ok()),
             };
-            let fence = score
+            let whole = score
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .map(|s| s as u64);
-            Some((member, fence))
+            Some((member, whole))
         })
         .collect()
 }
@@ -347,7 +353,7 @@ async fn held_permits(
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for i in 0..permits {
-        let permit = keys.permit(i);
+        let permit = keys.permit(i, permits);
         pipe.cmd("GET")
             .arg(&permit.key)
             .cmd("PTTL")
@@ -414,6 +420,10 @@ impl Locker {
         let alone = deployment.nodes().len() == 1;
         let mut answered: Vec<Option<View>> = answered.into_iter().map(Some).collect();
         Ok(match best {
+            Some((value, _)) if alone && crate::server::permits_of(&value).is_some() => answered
+                .pop()
+                .flatten()
+                .and_then(|view| LockInfo::of_permits(name, &key, view)),
             Some((value, (_, pttl, at))) => {
                 let view = View {
                     fence,
@@ -465,13 +475,18 @@ impl Locker {
     /// Deletes the lock `name`'s key, but only while its value is still `value` (the one an
     /// operator saw in [`inspect`](Self::inspect)): compare-and-delete on every node, then its
     /// waiters are woken (the first in line gets it). For a lock with permits, `value` is a
-    /// permit holder's ([`Holding::value`]): the permit that holds it is freed. `Ok(false)` when
+    /// permit holder's ([`Holding::value`]): the permit that holds it is freed. For a shared
+    /// hold, `value` is one shared holder's: that holder leaves the shared holders (the others
+    /// keep the lock, and the last one out releases it); the key's own value (`shared:..`)
+    /// releases the whole shared hold. `Ok(false)` when
     /// the value changed meanwhile (nothing was touched). The holder, if alive, learns at its
     /// next renewal that it lost the lock, and its body is cancelled.
     pub async fn force_release(&self, name: &str, value: &str) -> Result<bool, LockError> {
         let deployment = &self.acquirer().deployment;
         let keys = deployment.keys(self.key_of(name));
-        if deployment.force_release_permit(name, &keys, value).await? {
+        if deployment.force_release_permit(name, &keys, value).await?
+            || deployment.force_release_shared(name, &keys, value).await?
+        {
             return Ok(true);
         }
         deployment.force_release(name, &keys, value).await

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
-use super::failure::Failure;
+use super::failure::{Failure, other_mode};
 use super::majority::Tally;
 use super::release::release_quietly;
 use super::replies::AcquireReplies;
@@ -62,6 +62,9 @@ impl Deployment {
                         late: Fanout::none(),
                         held: Held::Key,
                     });
+                }
+                Ok(FastReply::OtherMode { held }) => {
+                    return Err(other_mode(name, &keys.key, ask.kind, &held));
                 }
                 Ok(FastReply::Busy) => {
                     // Held: a waiter subscribes and asks the script next, which knows the PTTL.
@@ -136,6 +139,9 @@ impl Deployment {
             .await;
         if let Some((head, state)) = r.not_our_turn {
             return Ok(Acquired::NotOurTurn { head, state });
+        }
+        if let Some(held) = r.other_mode {
+            return Err(other_mode(name, &keys.key, ask.kind, &held));
         }
         if majority.reached(n - r.failures.len())
             && let Some(pttl) = r.busy_pttl

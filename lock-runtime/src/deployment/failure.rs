@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::Deployment;
 use crate::LockError;
+use crate::model::keys::{PERMITS_MARK, SHARED_MARK};
+use crate::model::options::HoldKind;
 
 /// Why one server did not grant a lock.
 pub(super) enum Failure {
@@ -86,5 +88,83 @@ impl Deployment {
             })
             .collect();
         self.unavailable(name, 0, failures)
+    }
+}
+
+/// The error of a caller of lock `name` whose mode (`asked`) is not the mode its holders use: the
+/// lock's key `key` holds `held` (`permits:<N>`, `shared:..`, or an exclusive holder's value).
+/// Exclusive and shared holds are the two sides of one read-write lock; permits agree only with
+/// the same N.
+pub(super) fn other_mode(name: &str, key: &str, asked: HoldKind, held: &str) -> LockError {
+    let in_use = match held.strip_prefix(PERMITS_MARK) {
+        Some(n) => format!("permits = {n}"),
+        None if held.starts_with(SHARED_MARK) => "shared holds".to_owned(),
+        None => "an exclusive hold".to_owned(),
+    };
+    let this = match asked {
+        HoldKind::Exclusive => "an exclusive hold".to_owned(),
+        HoldKind::Shared => "a shared hold".to_owned(),
+        HoldKind::Permits(n) => format!("permits = {n}"),
+    };
+    let fix = match held.strip_prefix(PERMITS_MARK) {
+        Some(n) => format!("give this call permits = {n}"),
+        None => "give this call the holders' options (no permits)".to_owned(),
+    };
+    LockError::config(
+        name,
+        format!(
+            "this call asks for {this}, but the name is held with {in_use} (its key `{key}` \
+             holds `{held}`): every caller of one name must use the same mode and N, or they \
+             would be inside together; {fix}, or use another name"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mode_conflict_names_the_lock_the_modes_and_the_fix() {
+        let cases = [
+            (
+                HoldKind::Exclusive,
+                "permits:3",
+                "an exclusive hold",
+                "permits = 3",
+            ),
+            (
+                HoldKind::Shared,
+                "permits:2",
+                "a shared hold",
+                "permits = 2",
+            ),
+            (
+                HoldKind::Permits(5),
+                "permits:3",
+                "permits = 5",
+                "permits = 3",
+            ),
+            (
+                HoldKind::Permits(3),
+                "shared:abc",
+                "permits = 3",
+                "shared holds",
+            ),
+            (
+                HoldKind::Permits(3),
+                "tok;h=x;p=1;w=0",
+                "permits = 3",
+                "an exclusive hold",
+            ),
+        ];
+        for (asked, held, this, in_use) in cases {
+            let err = other_mode("jobs", "lock:{jobs}", asked, held).to_string();
+            assert!(err.contains("jobs"), "{err}");
+            assert!(err.contains(&format!("asks for {this}")), "{err}");
+            assert!(err.contains(&format!("held with {in_use}")), "{err}");
+            assert!(err.contains("`lock:{jobs}`"), "{err}");
+            assert!(err.contains("or use another name"), "{err}");
+        }
     }
 }

@@ -33,7 +33,7 @@ use crate::model::options::HoldKind;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
 use crate::server::pubsub::Subscription;
-use crate::server::{AcquireReply, AcquireRequest, Node, Release, Waiter};
+use crate::server::{AcquireReply, AcquireRequest, Node, Release, SharedPlace, Waiter};
 use crate::state::lease_state::LeaseState;
 use crate::transport::connect::Settings;
 use failure::Failure;
@@ -94,19 +94,16 @@ pub(crate) struct Ask<'a> {
     pub fenced: bool,
     /// What the hold takes (see `LockOptions::with_permits`, `LockOptions::with_shared`).
     pub kind: HoldKind,
-    /// Longer than the whole hold may last (the options' ttl): how long a shared hold's set of
-    /// holders is kept at least.
-    pub hold_ms: u64,
 }
 
 /// What a granted attempt holds.
 pub(crate) enum Held {
     /// The lock's key.
     Key,
-    /// The key of this permit of a lock with `permits = N`.
-    Permit(u32),
-    /// A place among the shared holders; the value of the lock's key, which they renew.
-    Shared(String),
+    /// The key of this permit (the first number) of a lock with `permits = N` (the second).
+    Permit(u32, u32),
+    /// A place among the shared holders, and the value of the lock's key, which they renew.
+    Shared(SharedPlace),
 }
 
 /// The decided outcome of one acquire attempt.
@@ -148,7 +145,13 @@ impl Deployment {
     fn new(nodes: Vec<Node>, traits: Traits, setup: &Setup<'_>) -> Self {
         Self {
             majority: Majority::of(nodes.len()),
-            nodes: nodes.into_iter().map(Arc::new).collect(),
+            nodes: nodes
+                .into_iter()
+                .map(|mut node| {
+                    node.set_fence_retention(setup.fence_retention_ms);
+                    Arc::new(node)
+                })
+                .collect(),
             traits,
             fence_retention_ms: setup.fence_retention_ms,
             key_format: setup.key_format,
@@ -162,7 +165,12 @@ impl Deployment {
 
     /// The Redis names of the key `lease` holds (a lock's, or one permit's).
     pub(crate) fn keys_of<'a>(&self, lease: &'a LeaseState) -> Keys<&'a str> {
-        Keys::with_base(lease.key.as_str(), self.key_format, lease.base)
+        Keys::with_base(
+            lease.key.as_str(),
+            self.key_format,
+            lease.base,
+            lease.permits,
+        )
     }
 
     /// The locker's schedule of request bounds (its nodes share one).

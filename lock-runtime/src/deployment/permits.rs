@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::failure::Failure;
+use super::failure::{Failure, other_mode};
 use super::{Acquired, Ask, Deployment, Held};
 use crate::LockError;
 use crate::model::keys::Keys;
@@ -58,7 +58,7 @@ impl Deployment {
                     record_fence: false,
                     nodes: vec![0],
                     late: Fanout::none(),
-                    held: Held::Permit(permit),
+                    held: Held::Permit(permit, permits),
                 });
             }
             Ok(PermitReply::Busy { pttl }) => {
@@ -70,15 +70,8 @@ impl Deployment {
             Ok(PermitReply::NotOurTurn { head, state }) => {
                 return Ok(Acquired::NotOurTurn { head, state });
             }
-            Ok(PermitReply::Disagree { agreed }) => {
-                return Err(LockError::config(
-                    name,
-                    format!(
-                        "permits = {permits} here, but the holders of this name use permits = \
-                         {agreed}: every user of one name must give the same number; change it, \
-                         or use another name"
-                    ),
-                ));
+            Ok(PermitReply::OtherMode { held }) => {
+                return Err(other_mode(name, &keys.key, ask.kind, &held));
             }
             Ok(PermitReply::Foreign { key, detail }) => Failure::Foreign { key, detail },
             Ok(PermitReply::NotReplicated { acked }) => Failure::NotReplicated {

@@ -87,7 +87,7 @@ impl Deployment {
             keep_ms: 0,
             always_publish: self.traits.always_publish,
             record_fence: 0,
-            fence_retention_ms: 0,
+            fence_retention_ms: self.fence_retention_ms,
             // The value seen may carry the waiters' mark: the waiters are served either way.
             look_at_queue: true,
         };

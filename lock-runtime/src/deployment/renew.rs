@@ -53,14 +53,42 @@ impl Deployment {
 
 /// One server's renewal of a chunk; a lease released since the round began is left out (its
 /// key may be kept for min_hold; the release script also changes such a key's value, so a
-/// renewal already on its way cannot stretch it either).
+/// renewal already on its way cannot stretch it either). A lease that also renews a second key
+/// (see `LeaseState::also_renews`) is renewed only if both are.
 async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewReply>> {
-    let items: Vec<(&str, &str, u64)> = chunk
+    let mut items: Vec<(&str, &str, u64)> = Vec::with_capacity(chunk.len());
+    for l in chunk {
+        let (token, ttl) = (if l.is_ended() { "" } else { l.token.as_str() }, l.ttl_ms());
+        items.push((l.key.as_str(), token, ttl));
+        if let Some((key, also)) = &l.also_renews {
+            items.push((key.as_str(), if l.is_ended() { "" } else { also }, ttl));
+        }
+    }
+    let replies = node.renew(&items).await;
+    if items.len() == chunk.len() {
+        return replies;
+    }
+    let mut replies = replies.into_iter();
+    chunk
         .iter()
         .map(|l| {
-            let token = if l.is_ended() { "" } else { l.token.as_str() };
-            (l.key.as_str(), token, l.ttl.as_millis() as u64)
+            let own = replies.next().flatten();
+            match &l.also_renews {
+                Some(_) => both(own, replies.next().flatten()),
+                None => own,
+            }
         })
-        .collect();
-    node.renew(&items).await
+        .collect()
+}
+
+/// What a server said of a lease that renews two keys: not ours if either is not, unknown if
+/// either is unknown.
+fn both(a: Option<RenewReply>, b: Option<RenewReply>) -> Option<RenewReply> {
+    use RenewReply::{NotOwner, NotReplicated, Renewed};
+    match (a, b) {
+        (Some(NotOwner), _) | (_, Some(NotOwner)) => Some(NotOwner),
+        (None, _) | (_, None) => None,
+        (Some(NotReplicated), _) | (_, Some(NotReplicated)) => Some(NotReplicated),
+        (Some(Renewed), Some(Renewed)) => Some(Renewed),
+    }
 }

@@ -22,6 +22,8 @@ pub(super) struct AcquireReplies {
     pub busy: Vec<usize>,
     /// The first in line, when a server said it is another waiter's turn.
     pub not_our_turn: Option<(String, String)>,
+    /// What the lock's key holds, when a server said it is held in another mode.
+    pub other_mode: Option<String>,
     pub failures: Vec<(usize, Failure)>,
     /// Servers whose request failed in a way that may still have set the key (a timeout).
     pub unsure: Vec<usize>,
@@ -48,6 +50,10 @@ impl AcquireReplies {
                 Some(Ok(AcquireReply::NotOurTurn { head, state })) => {
                     out.busy.push(i);
                     out.not_our_turn = Some((head, state));
+                }
+                Some(Ok(AcquireReply::OtherMode { held })) => {
+                    out.busy.push(i);
+                    out.other_mode = Some(held);
                 }
                 Some(Ok(AcquireReply::Foreign { key, detail })) => {
                     out.failures.push((i, Failure::Foreign { key, detail }));

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::failure::Failure;
+use super::failure::{Failure, other_mode};
 use super::{Acquired, Ask, Deployment, Held};
 use crate::LockError;
 use crate::model::keys::Keys;
@@ -21,15 +21,23 @@ impl Deployment {
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
         let request = self.one_server_request(ask);
-        let failure = match node.acquire_shared(keys, &request, ask.hold_ms).await {
-            Ok((AcquireReply::Taken { fence }, value)) => {
+        let failure = match node.acquire_shared(keys, &request).await {
+            Ok((AcquireReply::Taken { fence }, Some(place))) => {
                 return Ok(Acquired::Granted {
                     fence,
                     record_fence: false,
                     nodes: vec![0],
                     late: Fanout::none(),
-                    held: Held::Shared(value.unwrap_or_default()),
+                    held: Held::Shared(place),
                 });
+            }
+            Ok((AcquireReply::Taken { .. }, None)) => {
+                // A reply without the place: the script and this code disagree.
+                self.forget_shared(keys, ask.token);
+                Failure::Other("the shared acquire's reply lacks the holder's place".to_owned())
+            }
+            Ok((AcquireReply::OtherMode { held }, _)) => {
+                return Err(other_mode(name, &keys.key, ask.kind, &held));
             }
             Ok((AcquireReply::Busy { pttl }, _)) => {
                 return Ok(Acquired::Busy {
@@ -52,6 +60,24 @@ impl Deployment {
             }
         };
         Err(self.unavailable(name, 0, vec![(0, failure)]))
+    }
+
+    /// An operator's release of one shared holder, by its value (see `Holding::value`): it leaves
+    /// the shared holders (the others keep the lock; the last one out releases the key). False
+    /// when no live shared holder has that value (nothing touched). One logical server only,
+    /// where shared holds are.
+    pub(crate) async fn force_release_shared(
+        &self,
+        name: &str,
+        keys: &Keys,
+        value: &str,
+    ) -> Result<bool, LockError> {
+        let Some(node) = self.alone() else {
+            return Ok(false);
+        };
+        node.release_shared(keys, "", value, &self.cleanup(0))
+            .await
+            .map_err(|e| node.redis_error(name, e))
     }
 
     /// Takes `token` out of the shared holders, in the background, if an attempt whose outcome

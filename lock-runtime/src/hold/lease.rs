@@ -65,7 +65,7 @@ impl Lease {
     /// lease writes. For a shared hold, this holder's own value among the shared holders (the
     /// lock's key then holds `shared:` and the first shared holder's value).
     pub fn token(&self) -> &str {
-        self.state.reader.as_deref().unwrap_or(&self.state.token)
+        self.state.holder_value()
     }
 
     /// The fencing token: grows with every acquisition of this name. Give it to your storage so

@@ -21,7 +21,16 @@ pub(crate) struct Keys<K = String> {
     /// lock; for one permit of a lock with `permits = N`, whose key is derived itself (see
     /// [`Keys::permit`]), the lock's key inside it.
     base: (usize, usize),
+    /// N, for one permit of a lock with `permits = N`; 0 for a lock's key.
+    permits: u32,
 }
+
+/// What a lock's key holds while permits hold the name, before N (see [`Keys::permit`]): the
+/// mode of its holders, which callers of another mode or another N are refused by.
+pub(crate) const PERMITS_MARK: &str = "permits:";
+
+/// What a lock's key holds while shared holders hold it, before its first holder's value.
+pub(crate) const SHARED_MARK: &str = "shared:";
 
 /// What a permit's key adds to its lock's derived names, before the permit's number.
 const PERMIT: &str = ":permit:";
@@ -70,17 +79,43 @@ impl<K: AsRef<str>> Keys<K> {
             key,
             braced: format == KeyFormat::Plain,
             base,
+            permits: 0,
         }
     }
 
     /// The names of a lock's key whose names derive from the lock at `base` in it (see
-    /// [`Self::base`]).
-    pub(crate) fn with_base(key: K, format: KeyFormat, base: (usize, usize)) -> Self {
+    /// [`Self::base`]), one of `permits` permits (0: the lock's own key).
+    pub(crate) fn with_base(key: K, format: KeyFormat, base: (usize, usize), permits: u32) -> Self {
         Self {
             key,
             braced: format == KeyFormat::Plain,
             base,
+            permits,
         }
+    }
+
+    /// N, for the key of one permit of a lock with `permits = N`; 0 for a lock's key.
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// The lock's own key: [`key`](Self::key), or, for a permit, the key of the lock it is a
+    /// permit of (which holds [`PERMITS_MARK`] while permits are held).
+    pub(crate) fn lock_key(&self) -> &str {
+        &self.key.as_ref()[self.base.0..self.base.1]
+    }
+
+    /// The keys of every permit of the lock a permit's key belongs to (empty for a lock's key).
+    pub(crate) fn sibling_permits(&self) -> Vec<Keys> {
+        let lock = Keys {
+            key: self.lock_key(),
+            braced: self.braced,
+            base: (0, self.lock_key().len()),
+            permits: 0,
+        };
+        (0..self.permits)
+            .map(|i| lock.permit(i, self.permits))
+            .collect()
     }
 
     /// Where the lock's own key lies in [`key`](Self::key): the whole key, except for a permit.
@@ -102,15 +137,9 @@ impl<K: AsRef<str>> Keys<K> {
         !self.braced && self.base == (0, self.key.as_ref().len())
     }
 
-    /// Where the holders of a lock with `permits = N` agree on N (kept as the fence counter
-    /// is).
-    pub(crate) fn permit_count(&self) -> Derived<'_> {
-        self.derived(":permits")
-    }
-
     /// The key of permit `index` of a lock with `permits = N`: a lock key of its own (held,
     /// renewed and released as a lock's key is), whose derived names are the lock's.
-    pub(crate) fn permit(&self, index: u32) -> Keys<String> {
+    pub(crate) fn permit(&self, index: u32, permits: u32) -> Keys<String> {
         let named = self.derived(PERMIT);
         let key = format!("{named}{index}");
         // The lock's key inside the permit's: after the brace of a plain key's derived name.
@@ -120,11 +149,12 @@ impl<K: AsRef<str>> Keys<K> {
             key,
             braced: self.braced,
             base,
+            permits,
         }
     }
 
-    /// The holders of a shared hold (a sorted set: each shared holder's token, scored by its
-    /// fence), while the lock's key holds `shared:<token of the first of them>`.
+    /// The holders of a shared hold (a sorted set: each shared holder's `<token> <fence>`,
+    /// scored by its own expiry), while the lock's key holds `shared:<token of the first>`.
     pub(crate) fn readers(&self) -> Derived<'_> {
         self.derived(":readers")
     }
@@ -157,6 +187,7 @@ impl Keys<&str> {
             key: self.key.to_owned(),
             braced: self.braced,
             base: self.base,
+            permits: self.permits,
         }
     }
 }
@@ -367,15 +398,19 @@ mod tests {
             (KeyFormat::Plain, "lock:job", "{lock:job}:permit:2"),
         ] {
             let lock = Keys::new(key.to_owned(), format);
-            let one = lock.permit(2);
+            let one = lock.permit(2, 3);
             assert_eq!(one.key, permit);
             assert_eq!(one.fence().to_string(), lock.fence().to_string());
             assert_eq!(one.channel().to_string(), lock.channel().to_string());
             assert_eq!(one.queue().to_string(), lock.queue().to_string());
             assert!(!one.derived_by_suffix());
-            let again = Keys::with_base(one.key.clone(), format, one.base());
+            let again = Keys::with_base(one.key.clone(), format, one.base(), 3);
             assert_eq!(again.fence().to_string(), lock.fence().to_string());
-            assert_ne!(lock.permit(1).key, one.key);
+            assert_ne!(lock.permit(1, 3).key, one.key);
+            assert_eq!(one.lock_key(), key);
+            let siblings: Vec<String> = one.sibling_permits().into_iter().map(|k| k.key).collect();
+            assert_eq!(siblings.len(), 3);
+            assert_eq!(siblings[2], one.key);
             // `list` finds a lock with permits by its permits' keys, under the lock's name.
             assert_eq!(
                 format.name_of_permit("lock:", &one.key).as_deref(),
@@ -387,7 +422,7 @@ mod tests {
                 format.permit_glob("lock:", "j*"),
                 permit.replace("job", "j*").replace('2', "*")
             );
-            for derived in [lock.permit_count(), lock.readers(), lock.fence()] {
+            for derived in [lock.readers(), lock.fence()] {
                 let derived = derived.to_string();
                 assert_eq!(format.name_of_permit("lock:", &derived), None, "{derived}");
                 if format == KeyFormat::HashTagged {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
-use super::{Node, Release, Waiter};
-use crate::model::keys::Keys;
+use super::{Node, Waiter};
+use crate::model::keys::{Keys, PERMITS_MARK};
 use crate::server::scripts::{self, MAX_FENCE, evalsha};
 
 /// What one acquire attempt sends besides the keys.
@@ -37,6 +37,10 @@ pub(crate) enum FastReply {
     },
     /// Held by someone else.
     Busy,
+    /// Held in another mode: the lock's key holds this value (see [`AcquireReply::OtherMode`]).
+    OtherMode {
+        held: String,
+    },
     /// For the script to tell; `taken` when the plain `SET NX` did set the key.
     Unclear {
         taken: bool,
@@ -70,6 +74,11 @@ pub(crate) enum AcquireReply {
     /// Taken, but fewer replicas than asked acknowledged it in time; the key was deleted again.
     NotReplicated {
         acked: usize,
+    },
+    /// Held in another mode than this caller's: the lock's key holds `held` (`permits:<N>`,
+    /// `shared:..`, or an exclusive holder's value). Nothing was changed.
+    OtherMode {
+        held: String,
     },
 }
 
@@ -120,9 +129,13 @@ impl AcquireReply {
                 head: text(reply.get(1)),
                 state: text(reply.get(2)),
             },
+            // The lock's key, or (named third) a derived key that holds another type.
             Some(-1) => AcquireReply::Foreign {
-                key: keys.key.clone(),
+                key: reply.get(2).map_or_else(|| keys.key.clone(), value_text),
                 detail: format!("holds a {} value, not a lock", text(reply.get(1))),
+            },
+            Some(-3) => AcquireReply::OtherMode {
+                held: text(reply.get(1)),
             },
             _ => AcquireReply::Foreign {
                 key: keys.fence().to_string(),
@@ -172,7 +185,7 @@ impl Node {
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
     /// a failover could lose it and let a second holder in.
     async fn undo_unreplicated(&self, keys: &Keys, token: &str) {
-        if let Err(e) = self.release(keys, token, &Release::UNDO).await {
+        if let Err(e) = self.release(keys, token, &self.undo()).await {
             tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
         }
     }
@@ -265,6 +278,12 @@ impl Node {
             (None, Some(fence)) => FastReply::Taken { fence },
             // Ours, but the counter is not a counter: the script reports it (after a release).
             (None, None) => FastReply::Unclear { taken: true },
+            // Held by permits: another mode (the value is read only on this rare path).
+            (Some(Value::BulkString(held)), _) if held.starts_with(PERMITS_MARK.as_bytes()) => {
+                FastReply::OtherMode {
+                    held: String::from_utf8_lossy(&held).into_owned(),
+                }
+            }
             // Held: when it frees, the waiting path asks the script (which knows the PTTL).
             (Some(_), _) => FastReply::Busy,
         })

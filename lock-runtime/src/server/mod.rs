@@ -34,8 +34,9 @@ mod setup;
 mod shared;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
-pub(crate) use permits::{PermitReply, parse_count};
+pub(crate) use permits::{PermitReply, permits_of};
 pub(crate) use renew::{RENEW_CHUNK, RenewReply};
+pub(crate) use shared::SharedPlace;
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
 /// attempt (empty: none), to which a release may have granted the lock.
@@ -65,24 +66,12 @@ pub(crate) struct Release {
     pub always_publish: bool,
     /// The fence to record in the counter; 0 when it is recorded already.
     pub record_fence: u64,
-    /// The fence counter's retention; 0: forever (a grant: keep the counter's expiry).
+    /// The fence counter's retention (the locker's); 0: forever.
     pub fence_retention_ms: u64,
     /// Look at the waiter queue even if no waiter marked the value: an undo of a key the
     /// plain-command path took, which does not know whether waiters queue (see
     /// `Deployment::acquire`).
     pub look_at_queue: bool,
-}
-
-impl Release {
-    /// An undo, or a waiter passing on a lock granted to it: deletes the key, or grants it to
-    /// the first waiter, whether or not the value carries the waiters' mark.
-    pub(crate) const UNDO: Release = Release {
-        keep_ms: 0,
-        always_publish: false,
-        record_fence: 0,
-        fence_retention_ms: 0,
-        look_at_queue: true,
-    };
 }
 
 /// One logical server. `link` carries commands; `notifications` carries release messages on a
@@ -98,6 +87,9 @@ pub(crate) struct Node {
     replicas: usize,
     /// The bounds of this node's requests, in the schedule its locker's nodes share.
     deadlines: Deadlines,
+    /// How long an unused fence counter is kept (0: forever), for the counters this node's
+    /// undos write (a grant to the next waiter computes a fence).
+    fence_retention_ms: u64,
 }
 
 impl Node {
@@ -217,6 +209,25 @@ impl Node {
             notifications,
             replicas,
             deadlines,
+            fence_retention_ms: scripts::DEFAULT_RETENTION_MS,
+        }
+    }
+
+    /// Sets how long the fence counters this node writes on its own are kept (its locker's
+    /// `fence_retention`).
+    pub(crate) fn set_fence_retention(&mut self, ms: u64) {
+        self.fence_retention_ms = ms;
+    }
+
+    /// An undo, or a waiter passing on a lock granted to it: deletes the key, or grants it to
+    /// the first waiter, whether or not the value carries the waiters' mark.
+    pub(crate) fn undo(&self) -> Release {
+        Release {
+            keep_ms: 0,
+            always_publish: false,
+            record_fence: 0,
+            fence_retention_ms: self.fence_retention_ms,
+            look_at_queue: true,
         }
     }
 
@@ -393,14 +404,12 @@ impl Node {
         // Out of the queue: nothing is granted to this waiter from now on. A lock granted or
         // handed to it meanwhile goes on to the next one (or is freed).
         for token in attempts.into_iter().flatten() {
-            if self.release(keys, token, &Release::UNDO).await? {
+            if self.release(keys, token, &self.undo()).await? {
                 return Ok(());
             }
         }
         let handed = format!("~{waiter}");
-        self.release(keys, &handed, &Release::UNDO)
-            .await
-            .map(|_| ())
+        self.release(keys, &handed, &self.undo()).await.map(|_| ())
     }
 
     /// Whether an acquire here waits for replicas' acknowledgements (then a lock granted by a
@@ -441,15 +450,25 @@ impl Node {
         } else {
             1
         };
+        // A permit's key: then its lock's key and every permit of the lock, so that the last
+        // permit out frees the lock's key of its mark.
+        let siblings = keys.sibling_permits();
+        let numkeys = declared + siblings.len() + usize::from(!siblings.is_empty());
         let mut cmd = evalsha(
             &scripts::RELEASE,
-            declared,
-            declared + args,
-            declared * (key.len() + 16) + token.len() + 80,
+            numkeys,
+            numkeys + args,
+            numkeys * (key.len() + 16) + token.len() + 80,
         );
         cmd.arg(key);
         if declared == 3 {
             cmd.arg(keys.queue()).arg(keys.fence());
+        }
+        if !siblings.is_empty() {
+            cmd.arg(keys.lock_key());
+            for permit in &siblings {
+                cmd.arg(&permit.key);
+            }
         }
         cmd.arg(token);
         if args >= 2 {

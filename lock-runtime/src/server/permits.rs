@@ -7,9 +7,9 @@ use std::time::Duration;
 use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
+use super::Node;
 use super::acquire::{AcquireRequest, value_text};
-use super::{Node, Release};
-use crate::model::keys::Keys;
+use crate::model::keys::{Keys, PERMITS_MARK};
 use crate::server::scripts::{self, evalsha};
 
 /// The reply to an attempt on a lock with `permits = N`.
@@ -22,8 +22,8 @@ pub(crate) enum PermitReply {
     /// A permit is free, but waiters queued before this caller come first: the first of them
     /// and its state.
     NotOurTurn { head: String, state: String },
-    /// The name's holders use `permits = agreed`.
-    Disagree { agreed: String },
+    /// Held in another mode, or with another N: the lock's key holds `held`.
+    OtherMode { held: String },
     /// The count or the fence counter holds data that is not ours; nothing was changed.
     Foreign { key: String, detail: String },
     /// Taken, but fewer replicas than asked acknowledged it in time; it was freed again.
@@ -42,7 +42,7 @@ impl Node {
         let numkeys = 4 + slots.len();
         let bytes = numkeys * (keys.key.len() + 20) + 200;
         let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 10, bytes);
-        cmd.arg(keys.permit_count())
+        cmd.arg(&keys.key)
             .arg(keys.fence())
             .arg(keys.queue())
             .arg(keys.queue_states());
@@ -69,7 +69,7 @@ impl Node {
                 match acked {
                     Some(acked) if acked < self.replicas => {
                         let slot = &slots[permit as usize];
-                        if let Err(e) = self.release(slot, req.token, &Release::UNDO).await {
+                        if let Err(e) = self.release(slot, req.token, &self.undo()).await {
                             tracing::debug!(node = %self.addr, key = %slot.key, error = %e, "freeing an unacknowledged permit failed; it expires by its ttl");
                         }
                         PermitReply::NotReplicated { acked }
@@ -87,10 +87,10 @@ impl Node {
                 head: text(1),
                 state: text(2),
             },
-            -3 => PermitReply::Disagree { agreed: text(1) },
+            -3 => PermitReply::OtherMode { held: text(1) },
             -1 => PermitReply::Foreign {
-                key: keys.permit_count().to_string(),
-                detail: format!("holds a {} value, not a count of permits", text(1)),
+                key: reply.get(2).map_or_else(|| keys.key.clone(), value_text),
+                detail: format!("holds a {} value, not a lock", text(1)),
             },
             _ => PermitReply::Foreign {
                 key: keys.fence().to_string(),
@@ -99,15 +99,15 @@ impl Node {
         })
     }
 
-    /// The number of permits the holders of the lock `keys` agree on; `None` when none is
-    /// kept (or the key holds something else than a count).
+    /// N, while permits of the lock `keys` are held (its key holds `permits:<N>`); `None`
+    /// otherwise (or when the key holds another type).
     pub(crate) async fn permit_count(&self, keys: &Keys) -> RedisResult<Option<u32>> {
         let mut pipe = redis::pipe();
         // A key of another type reads as no count, not as an error.
-        pipe.ignore_errors().cmd("GET").arg(keys.permit_count());
+        pipe.ignore_errors().cmd("GET").arg(&keys.key);
         let replies: Vec<RedisResult<Option<String>>> = self.query_pipeline(&pipe).await?;
-        let count = replies.into_iter().next().and_then(Result::ok).flatten();
-        Ok(count.and_then(|n| parse_count(&n)))
+        let held = replies.into_iter().next().and_then(Result::ok).flatten();
+        Ok(held.as_deref().and_then(permits_of))
     }
 
     /// Frees the permit that `token` holds, if any, and tells the waiters (see
@@ -120,8 +120,10 @@ impl Node {
     ) -> RedisResult<bool> {
         let slots = permit_keys(keys, permits);
         let publish = self.publish_command();
-        let bytes = slots.len() * (keys.key.len() + 20) + token.len() + 80;
-        let mut cmd = evalsha(&scripts::FORGET_PERMIT, slots.len(), slots.len() + 3, bytes);
+        let bytes = (slots.len() + 1) * (keys.key.len() + 20) + token.len() + 80;
+        let numkeys = slots.len() + 1;
+        let mut cmd = evalsha(&scripts::FORGET_PERMIT, numkeys, numkeys + 3, bytes);
+        cmd.arg(&keys.key);
         for slot in &slots {
             cmd.arg(&slot.key);
         }
@@ -134,9 +136,10 @@ impl Node {
     }
 }
 
-/// A count of permits as kept at `Keys::permit_count`: a number from 1 to the most allowed.
-pub(crate) fn parse_count(count: &str) -> Option<u32> {
-    let n: u32 = count.parse().ok()?;
+/// N, when a lock's key holds the mark of permits (`permits:<N>`, see `Keys::permit`): a
+/// number from 1 to the most allowed.
+pub(crate) fn permits_of(value: &str) -> Option<u32> {
+    let n: u32 = value.strip_prefix(PERMITS_MARK)?.parse().ok()?;
     (1..=lock_rules::MAX_PERMITS)
         .contains(&u64::from(n))
         .then_some(n)
@@ -144,5 +147,5 @@ pub(crate) fn parse_count(count: &str) -> Option<u32> {
 
 /// The keys of permits 0 to `permits - 1` of the lock `keys`.
 fn permit_keys(keys: &Keys, permits: u32) -> Vec<Keys> {
-    (0..permits).map(|i| keys.permit(i)).collect()
+    (0..permits).map(|i| keys.permit(i, permits)).collect()
 }

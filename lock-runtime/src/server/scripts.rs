@@ -26,19 +26,36 @@ macro_rules! ours {
     };
 }
 
-/// Lua, the end of a renewal loop over leases `i` whose `key` and `token` are set and whose
-/// key's `value` was read: `PEXPIRE` by the ttl at `$ttl` where the key is ours (`out[i] = 1`),
-/// else `out[i] = 0`; then returns `out`. A shared hold's key (see `ACQUIRE_SHARED`) is only ever
-/// extended: its holders may have leases of different lengths.
-macro_rules! renew_where_ours {
-    ($ttl:literal) => {
+/// Lua: `renew_one(key, token, ttl)`, the renewal of one lease: 1 renewed, 0 not ours (nothing
+/// touched), nil when the key is not served here (an error other than a wrong type: on Redis
+/// Cluster, a slot that moved). A value that every holder of a shared hold or of permits renews
+/// (`shared:..`, `permits:..`) is only ever extended: its holders may have leases of different
+/// lengths. A sorted set is a set of shared holders (see `ACQUIRE_SHARED`), each scored by its
+/// own expiry on the server's clock (ms): renewing one moves that expiry, unless it has passed.
+macro_rules! renew_one {
+    () => {
         concat!(
+            r"local function renew_one(key, token, ttl)
+  local value = redis.pcall('GET', key)
+  if type(value) == 'table' then
+    if not string.find(value.err or '', 'WRONGTYPE', 1, true) then return nil end
+    local at = redis.pcall('ZSCORE', key, token)
+    if type(at) ~= 'string' then return 0 end
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if tonumber(at) <= now then return 0 end
+    redis.call('ZADD', key, 'XX', now + tonumber(ttl), token)
+    if redis.call('PTTL', key) < tonumber(ttl) then redis.call('PEXPIRE', key, ttl) end
+    return 1
+  end
+  if not ",
             ours!(),
-            " then\n    if string.sub(value, 1, 7) ~= 'shared:' or redis.call('PTTL', key) < tonumber(",
-            $ttl,
-            ") then\n      redis.call('PEXPIRE', key, ",
-            $ttl,
-            ")\n    end\n    out[i] = 1\n  else\n    out[i] = 0\n  end\nend\nreturn out\n"
+            r" then return 0 end
+  local many = string.sub(value, 1, 7) == 'shared:' or string.sub(value, 1, 8) == 'permits:'
+  if not many or redis.call('PTTL', key) < tonumber(ttl) then redis.call('PEXPIRE', key, ttl) end
+  return 1
+end
+"
         )
     };
 }
@@ -154,6 +171,22 @@ macro_rules! join_queue {
     };
 }
 
+/// Lua, first in the acquire scripts that write the waiter queue (KEYS[3], a sorted set) and its
+/// states (KEYS[4], a hash): returns `{-1, type, key}` when either holds another type (another
+/// client's key, or a lock of the other key format under the same name), before anything is
+/// written.
+macro_rules! refuse_foreign_queue {
+    () => {
+        r"local function foreign(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found ~= 'none' and found ~= kind then return {-1, found, key} end
+end
+local refused = foreign(KEYS[3], 'zset') or foreign(KEYS[4], 'hash')
+if refused then return refused end
+"
+    };
+}
+
 /// KEYS: lock, fence, waiter queue, waiter states.
 /// ARGV: 1 value (the token, also this attempt's nonce), 2 ttl ms, 3 fence quantum µs (1: one
 /// server; 1000000: a Redlock node), 4 fence counter retention ms (0: forever); then, only for a
@@ -163,8 +196,10 @@ macro_rules! join_queue {
 ///
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
 /// the lock is free, or handed to another waiter, and that waiter is first in line; `{-1, type}`
-/// when the key holds another type, `{-2, why}` when the fence counter cannot give a fence
-/// (see `unusable_counter!`).
+/// when the key holds another type (`{-1, type, key}` when the queue or its states do), `{-2,
+/// why}` when the fence counter cannot give a fence (see `unusable_counter!`); `{-3, value}`
+/// when permits hold the name (the key holds `permits:<N>`, see `ACQUIRE_PERMIT`): another
+/// mode, refused rather than waited for.
 ///
 /// This is the path of waiters and of Redlock; an uncontended caller on one server takes the
 /// lock with plain commands (see `Node::acquire_fast`). Waiters queue in arrival order (a sorted
@@ -193,8 +228,8 @@ macro_rules! join_queue {
 /// the second of a restart or save (`LASTSAVE`), where the exact clock is used.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        r"
-local waiter = ARGV[5] or ''
+        refuse_foreign_queue!(),
+        r"local waiter = ARGV[5] or ''
 -- A value with the waiters' mark set (see `holder.rs`); nil for one without the mark's field.
 local function marked(value)
   if string.sub(value, -4) == ';w=0' then return string.sub(value, 1, -2) .. '1' end
@@ -212,6 +247,8 @@ local queued = first == waiter
 if queued then first = nil end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+-- Held by permits (see `ACQUIRE_PERMIT`): another mode, which this caller must not wait for.
+if cur and string.sub(cur, 1, 8) == 'permits:' then return {-3, cur} end
 -- Handed to this waiter: granted to its previous token, or marked `~<waiter id>` (a release that
 -- hands the lock over by id).
 local previous = ARGV[9] or ''
@@ -275,16 +312,16 @@ return {0, pttl}
 /// across several servers): `SET NX PX` first, and the fence (as `ACQUIRE` computes it) only
 /// once the key is taken. Replies as `ACQUIRE` does for a caller that does not wait: `{1, fence}`,
 /// `{0, pttl}`, `{-1, type}` (the key holds another type), `{-2, error}` (the counter is not a
-/// counter; the key just taken is deleted again). It skips `ACQUIRE`'s look at the queue, its
+/// counter; the key just taken is deleted again), `{-3, value}` (permits hold the name). It skips `ACQUIRE`'s look at the queue, its
 /// `GET` of the key and its hand-over checks, which cost a Redlock node about an eighth of the
 /// script's time.
 pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if type(redis.pcall('GET', KEYS[1])) == 'table' then
-    return {-1, redis.call('TYPE', KEYS[1]).ok}
-  end
+  local cur = redis.pcall('GET', KEYS[1])
+  if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+  if string.sub(cur, 1, 8) == 'permits:' then return {-3, cur} end
   return {0, redis.call('PTTL', KEYS[1])}
 end
 ",
@@ -300,29 +337,36 @@ end
     ))
 });
 
-/// KEYS: lock keys. ARGV: token and ttl ms for each key, in order.
+/// KEYS: lock keys (or sets of shared holders). ARGV: token (or a shared holder's member) and
+/// ttl ms for each key, in order.
 /// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
-/// written, or with the waiters' mark set: see `ACQUIRE`).
+/// written, or with the waiters' mark set: see `ACQUIRE`), or the set no longer holds the
+/// member (see `renew_one!`).
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        r"
-local out = {}
+        renew_one!(),
+        r"local out = {}
 for i, key in ipairs(KEYS) do
-  local value, token = redis.pcall('GET', key), ARGV[2 * i - 1]
-  if ",
-        renew_where_ours!("ARGV[2 * i]"),
+  out[i] = renew_one(key, ARGV[2 * i - 1], ARGV[2 * i]) or 0
+end
+return out
+",
     ))
 });
 
 /// Lua, for the release scripts once the key is no longer held: with waiters queued, grants the
 /// lock to the first live one and returns (see `RELEASE`); falls through when nobody queues. Uses
 /// `key`, `token` (published when the head cannot be granted the lock), `queue`, `counter`,
-/// `channel`, `publish`, `retention` and `unusable` (see `unusable_counter!`).
+/// `channel`, `publish`, `retention`, `unusable` (see `unusable_counter!`), and the host's
+/// `hold_mark(ms)` (keeps a permit's lock key marked while the permit is handed over) and
+/// `free_key()` (deletes the key).
 macro_rules! hand_over {
     () => {
         r"-- The first two in line: a queue exists if it has a first, and others still queue after the
--- first if it has a second.
-local line = redis.call('ZRANGE', queue, 0, 1)
+-- first if it has a second. A queue name that holds another type (another client's key) is no
+-- queue.
+local line = redis.pcall('ZRANGE', queue, 0, 1)
+if line.err then line = {} end
 local head = line[1]
 if head then
   local state = redis.call('HGET', queue .. ':state', head)
@@ -338,13 +382,14 @@ if head then
       held = string.sub(nonce, 1, -2) .. '1'
     end
     redis.call('SET', key, held, 'PX', grace)
+    hold_mark(grace)
     local t = redis.call('TIME')
     local fence = math.max((tonumber(last) or 0) + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     local f = string.format('%d', fence)
     if retention ~= '0' then
       redis.call('SET', counter, f, 'PX', retention)
     else
-      redis.call('SET', counter, f, 'KEEPTTL')
+      redis.call('SET', counter, f)
     end
     local grant = '~' .. head .. ' ' .. nonce .. ' ' .. f
     -- A permit's key: the grant names the permit.
@@ -360,10 +405,11 @@ if head then
     redis.call('HDEL', queue .. ':state', head)
     local grace = string.match(state, ' (%d+)$')
     redis.call('SET', key, '~' .. head, 'PX', grace)
+    hold_mark(grace)
     redis.call(publish, channel, '~' .. head)
     return '~' .. head
   end
-  redis.call('DEL', key)
+  free_key()
   redis.call(publish, channel, token)
   return 1
 end
@@ -372,9 +418,10 @@ end
 }
 
 /// KEYS: lock; on Redis Cluster also its waiter queue and fence counter (declared keys: a slot
-/// in migration then answers for all of them at once). ARGV: 1 token; then, each left out when
+/// in migration then answers for all of them at once); for a permit's key, the queue and the
+/// counter, then its lock's key and the keys of every permit of the lock (see `free_key`). ARGV: 1 token; then, each left out when
 /// it and all after it have their default: 2 the fence counter's retention ms (the default:
-/// 7 days, `DEFAULT_FENCE_RETENTION`; 0: forever, or, for a grant, not known), 3 the lease's
+/// 7 days, `DEFAULT_FENCE_RETENTION`; 0: forever), 3 the lease's
 /// fence to record in the counter (0: already recorded), 4 the publish
 /// command (`PUBLISH`; `SPUBLISH` on Redis Cluster: sharded pub/sub, the message goes only to
 /// the primary of the lock's slot, where its waiters listen), 5 ms to keep the key (0: delete
@@ -405,8 +452,7 @@ end
 ///   what is left of the grace; a vanished waiter holds up the lock no longer than it would
 ///   have kept its place), and its fence is
 ///   computed here as the acquire script would (`max(counter + 1, clock in µs)`, also written to
-///   the counter, which keeps its expiry when no retention is given: a cancelled waiter passing
-///   the lock on does not know it). `~<waiter id> <token> <fence>` is published on the grant
+///   the counter, kept for the locker's retention). `~<waiter id> <token> <fence>` is published on the grant
 ///   channel its id names (`;grants=<id>` at its end: `<key>:released:<id>`, which only the
 ///   waiters of its locker listen to), else on `<key>:released`: that waiter holds the lock as
 ///   soon as the message reaches it, with no attempt of its own (one round trip less per
@@ -422,6 +468,25 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r"
 local key, token = KEYS[1], ARGV[1]
 local value = redis.pcall('GET', key)
+-- Deletes the key. A permit's key comes with its lock's key and every permit of the lock
+-- (KEYS[4] and on): the last permit out also frees the lock's key of its mark `permits:<N>`.
+local function free_key()
+  redis.call('DEL', key)
+  if not KEYS[5] then return end
+  for i = 5, #KEYS do
+    if redis.call('EXISTS', KEYS[i]) == 1 then return end
+  end
+  local mark = redis.pcall('GET', KEYS[4])
+  if type(mark) == 'string' and string.sub(mark, 1, 8) == 'permits:' then
+    redis.call('DEL', KEYS[4])
+  end
+end
+-- Keeps a permit's lock key marked at least `ms` (its permit kept, or handed to a waiter).
+local function hold_mark(ms)
+  if KEYS[4] and redis.call('PTTL', KEYS[4]) < tonumber(ms) then
+    redis.call('PEXPIRE', KEYS[4], ms)
+  end
+end
 -- The common release takes the fewest steps: no waiter marked the value (so nobody queued behind
 -- this holder), no keeping, no publishing always (ARGV[5] and on).
 local short = value == token and not ARGV[5]
@@ -449,7 +514,7 @@ if record ~= '0' then
   end
 end
 if short then
-  redis.call('DEL', key)
+  free_key()
   return 1
 end
 ",
@@ -463,19 +528,20 @@ local publish = ARGV[4] or 'PUBLISH'
 local keep = tonumber(ARGV[5] or '0')
 if keep > 0 then
   redis.call('SET', key, token .. ':released', 'PX', keep)
+  hold_mark(keep)
   return 1
 end
 ",
         hand_over!(),
-        r"redis.call('DEL', key)
+        r"free_key()
 if ARGV[6] == '1' then redis.call(publish, channel, token) end
 return 1
 ",
     ))
 });
 
-/// KEYS: 1 the count the name's holders agree on, 2 fence counter, 3 waiter queue, 4 waiter
-/// states, then the keys of permits 0 to N - 1 (see `Keys::permit`). ARGV: 1 value (the token),
+/// KEYS: 1 the lock's key, 2 fence counter, 3 waiter queue, 4 waiter states, then the keys of
+/// permits 0 to N - 1 (see `Keys::permit`). ARGV: 1 value (the token),
 /// 2 ttl ms, 3 fence quantum µs, 4 fence counter retention ms (0: forever), as `ACQUIRE`'s first
 /// four; 5 N; then, only for a waiter: 6 waiter id, 7 waiter grace ms, 8 stale head to evict
 /// (empty: none), 9 the state that head was seen with, 10 the token of this waiter's previous
@@ -483,8 +549,10 @@ return 1
 ///
 /// A lock with `permits = N` is N lock keys: a holder takes a free one with `SET PX`, and holds,
 /// renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter serves them
-/// all, so fences grow across the holders of the name. N is kept beside the counter, for as
-/// long: a caller that gives another N is refused, as its permits would not be the others'.
+/// all, so fences grow across the holders of the name. While any permit is held, the lock's own
+/// key holds `permits:<N>`, renewed (only ever extended) by every holder and freed by the last
+/// one out: an exclusive or shared caller, or one that gives another N, finds the name held in
+/// another mode and is refused, as are callers of this N while the key holds anything else.
 ///
 /// Arrival order: waiters queue as a lock's do, in the lock's queue; a caller takes a free permit
 /// only while fewer live waiters queue before it (all of them, for a caller not in the queue)
@@ -495,16 +563,22 @@ return 1
 ///
 /// Returns `{1, fence, index}` when permit `index` was taken; `{0, pttl}` when every permit is
 /// held (the soonest expiry, -1 when none has one); `{2, head, state}` when a permit is free but
-/// waiters before this caller come first; `{-3, n}` when the holders agree on `n`; `{-1, type}`
-/// when the count holds another type; `{-2, why}` when the fence counter cannot give a fence
+/// waiters before this caller come first; `{-3, value}` when the lock's key holds `value`:
+/// another mode or another N; `{-1, type}` when the lock's key holds another type (`{-1, type,
+/// key}` when the queue or its states do); `{-2, why}` when the fence counter cannot give a fence
 /// (see `unusable_counter!`; nothing is taken).
 pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
-local agreed = redis.pcall('GET', KEYS[1])
-if type(agreed) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
-if agreed and agreed ~= ARGV[5] then return {-3, agreed} end
-local waiter, evict, previous = ARGV[6] or '', ARGV[8] or '', ARGV[10] or ''
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+-- The lock's key says the mode of its holders: permits with the same N join, anyone else is
+-- another mode (or another N), refused rather than waited for.
+local mark = 'permits:' .. ARGV[5]
+if cur and cur ~= mark then return {-3, cur} end
+",
+        refuse_foreign_queue!(),
+        r"local waiter, evict, previous = ARGV[6] or '', ARGV[8] or '', ARGV[10] or ''
 if evict ~= '' and redis.call('HGET', KEYS[4], evict) == ARGV[9] then
   redis.call('ZREM', KEYS[3], evict)
   redis.call('HDEL', KEYS[4], evict)
@@ -548,10 +622,11 @@ if taken then
     redis.call('ZREM', KEYS[3], waiter)
     redis.call('HDEL', KEYS[4], waiter)
   end
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[1], ARGV[5], 'PX', ARGV[4])
-  else
-    redis.call('SET', KEYS[1], ARGV[5])
+  -- The mark lives as long as the longest lease of the permits' holders (each renews it).
+  if not cur then
+    redis.call('SET', KEYS[1], mark, 'PX', ARGV[2])
+  elseif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
   local index = taken - 5
 ",
@@ -567,45 +642,54 @@ return {0, soonest or -1}
     ))
 });
 
-/// KEYS: the keys of permits 0 to N - 1. ARGV: 1 the token of an attempt whose outcome is not
-/// known (its caller was dropped mid-request), 2 the lock's release channel, 3 `PUBLISH` or
-/// `SPUBLISH`. Deletes the permit that holds the token (as written, or with the waiters' mark
-/// set), if any, and then tells the waiters.
+/// KEYS: 1 the lock's key, then the keys of permits 0 to N - 1. ARGV: 1 the token of an
+/// attempt whose outcome is not known (its caller was dropped mid-request), 2 the lock's release
+/// channel, 3 `PUBLISH` or `SPUBLISH`. Deletes the permit that holds the token (as written, or
+/// with the waiters' mark set), if any, and then tells the waiters; the last permit out also
+/// frees the lock's key of its mark (see `ACQUIRE_PERMIT`).
 /// Returns 1 when a permit held it, else 0. An operator's forced release of a permit's value is
 /// the same.
 pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
-local token = ARGV[1]
-for _, key in ipairs(KEYS) do
-  local value = redis.pcall('GET', key)
-  if ",
+local token, freed = ARGV[1], false
+for i = 2, #KEYS do
+  local value = redis.pcall('GET', KEYS[i])
+  if not freed and ",
         ours!(),
         r" then
-    redis.call('DEL', key)
+    redis.call('DEL', KEYS[i])
     redis.call(ARGV[3], ARGV[2], ARGV[1])
-    return 1
+    freed = true
   end
 end
-return 0
+if not freed then return 0 end
+for i = 2, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return 1 end
+end
+local mark = redis.pcall('GET', KEYS[1])
+if type(mark) == 'string' and string.sub(mark, 1, 8) == 'permits:' then
+  redis.call('DEL', KEYS[1])
+end
+return 1
 ",
     ))
 });
 
 /// KEYS: 1 lock, 2 fence, 3 waiter queue, 4 waiter states, 5 shared holders (see
 /// `Keys::readers`). ARGV: 1 token, 2 lease ms, 3 fence quantum µs, 4 fence counter retention
-/// ms, as `ACQUIRE`'s first four; 5 how long the holders' set must last at least (ms: longer
-/// than this holder's whole hold); 6 the publish command (`PUBLISH`, `SPUBLISH` on Redis
-/// Cluster); then, only for a waiter: 7 waiter id, 8 waiter grace ms, 9 stale head to evict
-/// (empty: none), 10 the state that head was seen with.
+/// ms, as `ACQUIRE`'s first four; 5 the publish command (`PUBLISH`, `SPUBLISH` on Redis
+/// Cluster); then, only for a waiter: 6 waiter id, 7 waiter grace ms, 8 stale head to evict
+/// (empty: none), 9 the state that head was seen with.
 ///
 /// A shared hold of a read-write lock. The lock's key holds `shared:<token of the first shared
 /// holder>` while shared holders hold it: an exclusive caller's `SET NX` finds it busy, so the
-/// exclusive path is the same whether or not the name has shared holders. Each shared holder is
-/// in the holders' set (its token, scored by its fence), and renews the lock's key with that
-/// value as its token (`RENEW` only ever extends such a key); the last one to leave releases the
-/// key as an exclusive holder would (`RELEASE_SHARED`). A shared holder that crashed stays in the
-/// set: the key then lives until no live holder renews it, one lease at most.
+/// exclusive path is the same whether or not the name has shared holders. Each shared holder has
+/// a place in the holders' set (member `<token> <fence>`, scored by its own expiry on the
+/// server's clock in ms), and renews both that place and the lock's key (with the key's value
+/// as its token; `RENEW` only ever extends such a key). A holder's place ends with its own
+/// lease: a holder that crashed is no longer counted once its lease has run out, and the release
+/// of the last live holder releases the key as an exclusive holder would (`RELEASE_SHARED`).
 ///
 /// Arrival order: a shared caller joins while the key is free or shared, unless an exclusive
 /// waiter queued before it (or, for a caller not in the queue, anywhere in it). Its queue state
@@ -613,14 +697,17 @@ return 0
 /// lock by id (`~<waiter id>`), and it takes the key over as shared. One that joins with more
 /// shared waiters next in line wakes them, so that they join too.
 ///
-/// Returns `{1, fence, value}` when held (the key's value, this holder's token for renewals);
-/// otherwise as `ACQUIRE`: `{0, pttl}`, `{2, head, state}`, `{-1, type}`, `{-2, why}`.
+/// Returns `{1, fence, value, member}` when held (the key's value, which this holder renews, and
+/// its place in the holders' set); otherwise as `ACQUIRE`: `{0, pttl}`, `{2, head, state}`,
+/// `{-1, type}` (`{-1, type, key}` for a derived key), `{-2, why}`, `{-3, value}`.
 pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        r"
-local waiter = ARGV[7] or ''
+        refuse_foreign_queue!(),
+        r"local found = redis.call('TYPE', KEYS[5]).ok
+if found ~= 'none' and found ~= 'zset' then return {-1, found, KEYS[5]} end
+local waiter = ARGV[6] or ''
 ",
-        evict_stale_head!("ARGV[9]", "ARGV[10]"),
+        evict_stale_head!("ARGV[8]", "ARGV[9]"),
         r"local line = redis.call('ZRANGE', KEYS[3], 0, -1)
 -- Whether an exclusive waiter is queued before this caller; the first one in line.
 local ahead, first = false, nil
@@ -636,6 +723,8 @@ for _, id in ipairs(line) do
 end
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) == 'table' then return {-1, redis.call('TYPE', KEYS[1]).ok} end
+-- Held by permits (see `ACQUIRE_PERMIT`): another mode, refused rather than waited for.
+if cur and string.sub(cur, 1, 8) == 'permits:' then return {-3, cur} end
 local shared = cur and string.sub(cur, 1, 7) == 'shared:'
 local handed = cur and waiter ~= '' and cur == '~' .. waiter
 if handed or ((not cur or shared) and not ahead) then
@@ -646,6 +735,7 @@ if handed or ((not cur or shared) and not ahead) then
   if why then return {-2, why} end
   if not shared then
     cur = 'shared:' .. ARGV[1]
+    -- The holders of an earlier shared hold whose key was taken from them (a sorted set: ours).
     redis.call('DEL', KEYS[5])
     redis.call('SET', KEYS[1], cur, 'PX', ARGV[2])
   elseif redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
@@ -657,19 +747,24 @@ if handed or ((not cur or shared) and not ahead) then
   end
 ",
         next_fence!(),
-        r"  redis.call('ZADD', KEYS[5], fence, ARGV[1])
-  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[5]) then redis.call('PEXPIRE', KEYS[5], ARGV[5]) end
+        r"  -- This holder's place ends with its own lease (its renewals move it); the places of
+  -- holders whose lease ran out (dead ones) go.
+  local ms = s * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local member = ARGV[1] .. ' ' .. string.format('%d', fence)
+  redis.call('ZADD', KEYS[5], ms + tonumber(ARGV[2]), member)
+  redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', ms)
+  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[5], ARGV[2]) end
   local next = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
   local state = next and redis.call('HGET', KEYS[4], next)
   if state and string.match(state, '^%S+ %d+$') then
     local channel = string.sub(KEYS[3], 1, -9) .. ':released'
-    redis.call(ARGV[6], channel, cur)
+    redis.call(ARGV[5], channel, cur)
   end
-  return {1, fence, cur}
+  return {1, fence, cur, member}
 end
 if waiter ~= '' then
 ",
-        join_queue!("ARGV[1] .. ' ' .. ARGV[8]", "ARGV[8]"),
+        join_queue!("ARGV[1] .. ' ' .. ARGV[7]", "ARGV[7]"),
         r"  -- Queued behind an exclusive holder: mark its value, so that its release hands the lock over.
   if cur and string.sub(cur, -4) == ';w=0' and not shared then
     redis.call('SETRANGE', KEYS[1], #cur - 1, '1')
@@ -687,13 +782,16 @@ return {0, redis.call('PTTL', KEYS[1])}
 
 /// KEYS: 1 lock, 2 shared holders, 3 waiter queue, 4 fence counter. ARGV: 1 the key's value the
 /// holder renews (empty: whatever shared value the key holds, for an attempt whose outcome is not
-/// known), 2 the holder's own token, 3 the fence counter's retention ms, 4 the publish command,
+/// known), 2 the holder's place in the set (`<token> <fence>`, see `ACQUIRE_SHARED`), or only its
+/// token when its place is not known, 3 the fence counter's retention ms, 4 the publish command,
 /// 5 ms to keep the key (0: none).
 ///
-/// The release of a shared hold (see `ACQUIRE_SHARED`): takes the holder out of the set; the last
-/// one out releases the lock's key as `RELEASE` does (kept for `min_hold`, or granted to the first
-/// waiter, or deleted). Returns as `RELEASE`: 1, the grant, or 0 when the key or the set no
-/// longer holds this holder (then nothing is touched).
+/// The release of a shared hold: takes the holder out of the set, with every holder whose lease
+/// has run out; the last live one out releases the lock's key as `RELEASE` does (kept for
+/// `min_hold`, or granted to the first waiter, or deleted). While others still hold it, the key
+/// is cut down to the longest of their leases (it may have been extended for the leaver's), and
+/// the waiters are told, so that they retry by the new expiry. Returns as `RELEASE`: 1, the
+/// grant, or 0 when the key or the set no longer holds this holder (then nothing is touched).
 pub(crate) static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         r"
@@ -704,21 +802,48 @@ if token == '' then token = value end
 if not ",
         ours!(),
         r" then return 0 end
-if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
-if redis.call('ZCARD', KEYS[2]) > 0 then return 1 end
-redis.call('DEL', KEYS[2])
-local keep = tonumber(ARGV[5])
-if keep > 0 then
-  redis.call('SET', key, ARGV[2] .. ':released', 'PX', keep)
+if redis.call('TYPE', KEYS[2]).ok ~= 'zset' then return 0 end
+-- Holders whose lease ran out (dead ones) leave first.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local member = ARGV[2]
+if not redis.call('ZSCORE', KEYS[2], member) then
+  -- Only the token is known: its place is the member that starts with it.
+  local prefix = member .. ' '
+  member = nil
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if string.sub(m, 1, #prefix) == prefix then member = m break end
+  end
+  if not member then return 0 end
+end
+redis.call('ZREM', KEYS[2], member)
+local queue, publish = KEYS[3], ARGV[4]
+local channel = string.sub(queue, 1, -9) .. ':released'
+local longest = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')[2]
+if longest then
+  local left = tonumber(longest) - now
+  if redis.call('PTTL', key) > left then
+    redis.call('PEXPIRE', key, left)
+    if redis.call('EXISTS', queue) == 1 then redis.call(publish, channel, value) end
+  end
   return 1
 end
+redis.call('DEL', KEYS[2])
+local holder = string.match(member, '^(%S+)')
+local keep = tonumber(ARGV[5])
+if keep > 0 then
+  redis.call('SET', key, holder .. ':released', 'PX', keep)
+  return 1
+end
+local function hold_mark(ms) end
+local function free_key() redis.call('DEL', key) end
 ",
         unusable_counter!(),
-        r"local queue, counter, retention, publish = KEYS[3], KEYS[4], ARGV[3], ARGV[4]
-local channel = string.sub(queue, 1, -9) .. ':released'
+        r"local counter, retention = KEYS[4], ARGV[3]
 ",
         hand_over!(),
-        r"redis.call('DEL', key)
+        r"free_key()
 return 1
 ",
     ))
@@ -732,15 +857,14 @@ return 1
 /// Needs Redis 7.0 (script flags), as sharded pub/sub does.
 pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        r"#!lua flags=allow-cross-slot-keys
-local out = {}
+        "#!lua flags=allow-cross-slot-keys\n",
+        renew_one!(),
+        r"local out = {}
 for i = 1, #ARGV / 3 do
-  local key, token = ARGV[3 * i - 2], ARGV[3 * i - 1]
-  local value = redis.pcall('GET', key)
-  if type(value) == 'table' and value.err then
-    out[i] = 2
-  elseif ",
-        renew_where_ours!("ARGV[3 * i]"),
+  out[i] = renew_one(ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]) or 2
+end
+return out
+",
     ))
 });
 

@@ -16,9 +16,14 @@ pub(crate) struct LeaseState {
     /// Where the lock's own key lies in `key` (see `Keys::base`): not all of it for a permit.
     pub base: (usize, usize),
     pub token: String,
-    /// For a shared hold, the holder's own token among the shared holders (`token` is then the
-    /// value of the lock's key, which every shared holder renews).
+    /// For a shared hold, the holder's own place among the shared holders (`<token> <fence>`;
+    /// `token` is then the value of the lock's key, which every shared holder renews).
     pub reader: Option<String>,
+    /// N, for the hold of one permit of a lock with `permits = N`; 0 otherwise.
+    pub permits: u32,
+    /// A second key each renewal renews with this lease's own (`(key, token)`): a shared
+    /// holder's place in the set of holders, or the mark of permits on a permit's lock key.
+    pub also_renews: Option<(String, String)>,
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
@@ -60,9 +65,25 @@ pub(crate) struct Granted {
     pub template: Option<&'static str>,
     pub mode: &'static str,
     pub reader: Option<String>,
+    pub permits: u32,
+    pub also_renews: Option<(String, String)>,
 }
 
 impl LeaseState {
+    /// The key's expiry in ms, as a renewal sets it.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+
+    /// The value a holder is known by: its token, or a shared holder's own value (its place in
+    /// the set of holders without the fence).
+    pub(crate) fn holder_value(&self) -> &str {
+        match &self.reader {
+            Some(place) => place.split(' ').next().unwrap_or(place),
+            None => &self.token,
+        }
+    }
+
     /// Whether this is the hold of one permit of a lock with `permits = N`.
     pub(crate) fn is_permit(&self) -> bool {
         self.base != (0, self.key.len())
@@ -86,6 +107,8 @@ impl LeaseState {
             base: g.base,
             token: g.token,
             reader: g.reader,
+            permits: g.permits,
+            also_renews: g.also_renews,
             fence: AtomicU64::new(g.fence),
             record_fence: g.record_fence,
             ttl: g.ttl,
