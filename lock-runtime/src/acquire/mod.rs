@@ -404,10 +404,12 @@ impl Acquirer {
         {
             return None;
         }
-        // With permits, the grant is of the permit it names.
+        // With permits, the grant is of the permit it names; a grant of the other kind (a lock
+        // of another mode handed on to this waiter) is not this caller's to hold: its next
+        // attempt finds out which mode holds the name.
         let permit = match (opts.kind(), grant.permit) {
             (HoldKind::Permits(n), Some(index)) => Some(keys.permit(index, n)),
-            (HoldKind::Permits(_), None) => return None,
+            (HoldKind::Permits(_), None) | (_, Some(_)) => return None,
             _ => None,
         };
         self.stale_heads.forget(&keys.key);
