@@ -236,13 +236,28 @@ async fn cluster_permits_hold_renew_and_hand_over() {
     assert!(second.fence() > first.fence());
     let busy = a.acquire("partner", &o).await.unwrap_err();
     assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
-    // Held past three leases: renewed.
+    // Held past three leases: renewed, and so is the mark that keeps other modes out.
     tokio::time::sleep(ms(1_800)).await;
     assert!(first.is_held() && second.is_held());
     let busy = a.acquire("partner", &o).await.unwrap_err();
     assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    for other in [
+        LockOptions::new(ms(20_000)),
+        LockOptions::new(ms(20_000)).with_shared(true),
+        LockOptions::new(ms(20_000)).with_permits(3),
+    ] {
+        let err = b.acquire("partner", &other).await.unwrap_err();
+        assert!(matches!(err, LockError::Config { .. }), "{err}");
+        assert!(err.to_string().contains("held with permits = 2"), "{err}");
+    }
     first.release().await.unwrap();
     second.release().await.unwrap();
+    // The last permit out frees the name for any mode.
+    let exclusive = b
+        .acquire("partner", &LockOptions::new(ms(20_000)))
+        .await
+        .unwrap();
+    exclusive.release().await.unwrap();
     // With the permits' keys set for 20 s, only the release message explains a quick hand-over.
     let long = LockOptions::new(ms(20_000)).with_permits(2);
     let first = a.acquire("partner-long", &long).await.unwrap();

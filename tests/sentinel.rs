@@ -247,6 +247,10 @@ async fn sentinel_permits_and_shared_holds_with_replicas() {
     assert!(second.fence() > first.fence());
     let busy = locker.acquire("partner", &permits).await.unwrap_err();
     assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
+    let other = LockOptions::new(ms(10_000)).with_shared(true);
+    let err = locker.acquire("partner", &other).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    assert!(err.to_string().contains("held with permits = 2"), "{err}");
     let waiter = {
         let (locker, o) = (locker.clone(), permits.with_wait(ms(5_000)));
         tokio::spawn(async move { locker.acquire("partner", &o).await })
