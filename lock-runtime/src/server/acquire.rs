@@ -278,15 +278,24 @@ impl Node {
             (None, Some(fence)) => FastReply::Taken { fence },
             // Ours, but the counter is not a counter: the script reports it (after a release).
             (None, None) => FastReply::Unclear { taken: true },
+            (Some(previous), _) => FastReply::held(previous),
+        })
+    }
+}
+
+impl FastReply {
+    /// The reply of a `SET NX` that found the key held, with this value.
+    fn held(previous: Value) -> Self {
+        match previous {
             // Held by permits: another mode (the value is read only on this rare path).
-            (Some(Value::BulkString(held)), _) if held.starts_with(PERMITS_MARK.as_bytes()) => {
+            Value::BulkString(held) if held.starts_with(PERMITS_MARK.as_bytes()) => {
                 FastReply::OtherMode {
                     held: String::from_utf8_lossy(&held).into_owned(),
                 }
             }
             // Held: when it frees, the waiting path asks the script (which knows the PTTL).
-            (Some(_), _) => FastReply::Busy,
-        })
+            _ => FastReply::Busy,
+        }
     }
 }
 

@@ -29,6 +29,8 @@ mod permits;
 pub(crate) mod pubsub;
 mod reads;
 mod renew;
+#[cfg(test)]
+mod script_tests;
 pub(crate) mod scripts;
 mod setup;
 mod shared;

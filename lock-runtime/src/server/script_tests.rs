@@ -1,0 +1,1229 @@
+//! One table per script, against a real redis-server: the keys before, the keys and arguments
+//! of one call, the reply, and every key after (value and expiry). Each row is one branch of a
+//! script that replies differently or leaves the keys differently; every row runs on an empty
+//! database.
+
+use std::sync::LazyLock;
+
+use lock_testing::RedisServer;
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+
+use super::scripts::{
+    ACQUIRE, ACQUIRE_PERMIT, ACQUIRE_SHARED, ACQUIRE_UNQUEUED, FENCE, FORGET_PERMIT, RAISE_FENCE,
+    RELEASE, RELEASE_SHARED, RENEW, RENEW_ANY_SLOT,
+};
+
+/// What a key holds before the call, or is expected to hold after it.
+#[derive(Debug, Clone)]
+enum Data {
+    /// A string; after the call, `*` at the end matches any rest.
+    Str(&'static str),
+    /// A sorted set: members with scores, a score given relative to the server's clock in ms
+    /// (an expiry) when `Rel`.
+    Zset(Vec<(Score, &'static str)>),
+    Hash(Vec<(&'static str, &'static str)>),
+    List,
+    /// After the call: the key does not exist.
+    Absent,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Score {
+    Abs(i64),
+    /// The server's clock in ms plus this.
+    Rel(i64),
+}
+
+/// A key's expiry after the call.
+#[derive(Debug, Clone, Copy)]
+enum Ttl {
+    /// No expiry.
+    None,
+    /// About this many ms left (a tenth of it, at least 100 ms, either way).
+    About(i64),
+    /// Whatever it is.
+    Any,
+}
+
+/// What a reply must be.
+#[derive(Debug, Clone)]
+enum Reply {
+    Int(i64),
+    /// A string; `*` at the end matches any rest.
+    Str(&'static str),
+    /// A number about this many ms (a remaining PTTL).
+    AboutMs(i64),
+    /// A fence from the server's clock: within 10 s of it, in µs.
+    Fence,
+    Arr(Vec<Reply>),
+}
+
+/// One call of a script and what it must leave.
+struct Row {
+    what: &'static str,
+    script: &'static LazyLock<Script>,
+    before: Vec<(&'static str, Data, Option<u64>)>,
+    keys: Vec<&'static str>,
+    args: Vec<&'static str>,
+    reply: Reply,
+    after: Vec<(&'static str, Data, Ttl)>,
+}
+
+use Data::{Absent, Hash, List, Str, Zset};
+use Reply::{AboutMs, Arr, Fence, Int};
+use Score::{Abs, Rel};
+
+fn s(text: &'static str) -> Reply {
+    Reply::Str(text)
+}
+
+async fn now_ms(conn: &mut MultiplexedConnection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
+    secs * 1000 + micros / 1000
+}
+
+fn score_at(score: Score, now: i64) -> i64 {
+    match score {
+        Abs(n) => n,
+        Rel(d) => now + d,
+    }
+}
+
+async fn write(conn: &mut MultiplexedConnection, key: &str, data: &Data, px: Option<u64>) {
+    let now = now_ms(conn).await;
+    let mut cmd = match data {
+        Str(v) => redis::cmd("SET").arg(key).arg(*v).clone(),
+        Zset(members) => {
+            let mut cmd = redis::cmd("ZADD");
+            cmd.arg(key);
+            for (score, member) in members {
+                cmd.arg(score_at(*score, now)).arg(*member);
+            }
+            cmd
+        }
+        Hash(fields) => {
+            let mut cmd = redis::cmd("HSET");
+            cmd.arg(key);
+            for (f, v) in fields {
+                cmd.arg(*f).arg(*v);
+            }
+            cmd
+        }
+        List => redis::cmd("RPUSH").arg(key).arg("x").clone(),
+        Absent => return,
+    };
+    let _: Value = cmd.query_async(conn).await.unwrap();
+    if let Some(px) = px {
+        cmd = redis::cmd("PEXPIRE").arg(key).arg(px).clone();
+        let _: Value = cmd.query_async(conn).await.unwrap();
+    }
+}
+
+fn matches_text(pattern: &str, text: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => text.starts_with(prefix),
+        None => text == pattern,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn check_reply(what: &str, want: &Reply, got: &Value, now_us: i64) {
+    let ok = match (want, got) {
+        (Int(n), Value::Int(m)) => n == m,
+        (Reply::Str(p), v) => text(v).is_some_and(|t| matches_text(p, &t)),
+        (AboutMs(ms), Value::Int(m)) => (m - ms).abs() <= (ms / 10).max(100),
+        (Fence, Value::Int(f)) => (f - now_us).abs() < 10_000_000,
+        (Arr(items), Value::Array(got)) if items.len() == got.len() => {
+            for (w, g) in items.iter().zip(got) {
+                check_reply(what, w, g, now_us);
+            }
+            true
+        }
+        _ => false,
+    };
+    assert!(ok, "{what}: the reply is {got:?}, not {want:?}");
+}
+
+async fn check_key(what: &str, conn: &mut MultiplexedConnection, key: &str, want: &Data, ttl: Ttl) {
+    let now = now_ms(conn).await;
+    let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await.unwrap();
+    let ok = match want {
+        Absent => kind == "none",
+        Str(p) => {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .ok()
+                .flatten();
+            v.is_some_and(|v| matches_text(p, &v))
+        }
+        List => kind == "list",
+        Hash(fields) => {
+            let got: Vec<(String, String)> = redis::cmd("HGETALL")
+                .arg(key)
+                .query_async(conn)
+                .await
+                .unwrap();
+            got.len() == fields.len()
+                && fields
+                    .iter()
+                    .all(|(f, v)| got.iter().any(|(g, w)| g == f && matches_text(v, w)))
+        }
+        Zset(members) => {
+            let got: Vec<(String, f64)> = redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES")
+                .query_async(conn)
+                .await
+                .unwrap();
+            got.len() == members.len()
+                && members.iter().all(|(score, m)| {
+                    got.iter().any(|(g, sc)| {
+                        let want = score_at(*score, now) as f64;
+                        let near = match score {
+                            Abs(_) => *sc == want,
+                            Rel(d) => (sc - want).abs() <= (d.abs() / 10).max(200) as f64,
+                        };
+                        matches_text(m, g) && near
+                    })
+                })
+        }
+    };
+    assert!(ok, "{what}: `{key}` (a {kind}) is not {want:?}");
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query_async(conn).await.unwrap();
+    let ttl_ok = match (ttl, want) {
+        (_, Absent) | (Ttl::Any, _) => true,
+        (Ttl::None, _) => pttl == -1,
+        (Ttl::About(ms), _) => pttl >= 0 && (pttl - ms).abs() <= (ms / 10).max(100),
+    };
+    assert!(ttl_ok, "{what}: `{key}` has PTTL {pttl}, not {ttl:?}");
+}
+
+async fn run(rows: Vec<Row>) {
+    let server = RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for row in rows {
+        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+        for (key, data, px) in &row.before {
+            write(&mut conn, key, data, *px).await;
+        }
+        let now_us = now_ms(&mut conn).await * 1000;
+        let mut call = row.script.prepare_invoke();
+        for key in &row.keys {
+            call.key(*key);
+        }
+        for arg in &row.args {
+            call.arg(*arg);
+        }
+        let reply: Value = call.invoke_async(&mut conn).await.unwrap();
+        check_reply(row.what, &row.reply, &reply, now_us);
+        for (key, data, ttl) in &row.after {
+            check_key(row.what, &mut conn, key, data, *ttl).await;
+        }
+    }
+}
+
+const LOCK: &str = "lock:{a}";
+const FENCE_KEY: &str = "lock:{a}:fence";
+const QUEUE: &str = "lock:{a}:waiters";
+const STATES: &str = "lock:{a}:waiters:state";
+const READERS: &str = "lock:{a}:readers";
+const P0: &str = "lock:{a}:permit:0";
+const P1: &str = "lock:{a}:permit:1";
+
+/// ACQUIRE's keys, and its first four arguments for `t1;w=0` with a ttl of 2 s.
+fn acquire(what: &'static str) -> Row {
+    Row {
+        what,
+        script: &ACQUIRE,
+        before: vec![],
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES],
+        args: vec!["t1;w=0", "2000", "1", "60000"],
+        reply: Arr(vec![Int(1), Fence]),
+        after: vec![],
+    }
+}
+
+#[tokio::test]
+async fn acquire_table() {
+    let mut rows = Vec::new();
+    rows.extend(acquire_table_rows_0());
+    rows.extend(acquire_table_rows_1());
+    rows.extend(acquire_table_rows_2());
+    run(rows).await;
+}
+
+/// Rows of `acquire_table`, part 1 of 3.
+fn acquire_table_rows_0() -> Vec<Row> {
+    let waiter = |what, previous: &'static str| Row {
+        args: vec![
+            "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", previous,
+        ],
+        ..acquire(what)
+    };
+    vec![
+        Row {
+            after: vec![
+                (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+                (FENCE_KEY, Str("1*"), Ttl::About(60000)),
+            ],
+            ..acquire("free: taken, with a fence")
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000))],
+            reply: Arr(vec![Int(0), AboutMs(5000)]),
+            after: vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (FENCE_KEY, Absent, Ttl::Any),
+            ],
+            ..acquire("held: busy, with its PTTL")
+        },
+        Row {
+            before: vec![(LOCK, List, None)],
+            reply: Arr(vec![Int(-1), s("list")]),
+            after: vec![(LOCK, List, Ttl::None)],
+            ..acquire("the key holds another type")
+        },
+        Row {
+            before: vec![(FENCE_KEY, Str("abc"), None)],
+            reply: Arr(vec![Int(-2), s("holds abc, not an integer counter")]),
+            after: vec![(LOCK, Absent, Ttl::Any), (FENCE_KEY, Str("abc"), Ttl::None)],
+            ..acquire("the counter is not a counter")
+        },
+        Row {
+            before: vec![(LOCK, Str("permits:3"), Some(5000))],
+            reply: Arr(vec![Int(-3), s("permits:3")]),
+            after: vec![(LOCK, Str("permits:3"), Ttl::About(5000))],
+            ..acquire("permits hold the name: another mode")
+        },
+        Row {
+            before: vec![(QUEUE, Str("x"), None)],
+            reply: Arr(vec![Int(-1), s("string"), s(QUEUE)]),
+            after: vec![(LOCK, Absent, Ttl::Any), (QUEUE, Str("x"), Ttl::None)],
+            ..acquire("the queue's name holds another type: nothing written")
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000))],
+            reply: Arr(vec![Int(0), AboutMs(5000)]),
+            after: vec![
+                (LOCK, Str("o;w=1"), Ttl::About(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1")]), Ttl::About(12000)),
+                (
+                    STATES,
+                    Hash(vec![("w1", "t1;w=0 2000 3000")]),
+                    Ttl::About(12000),
+                ),
+            ],
+            ..waiter("a waiter queues and marks the holder's value", "")
+        },
+    ]
+}
+
+/// Rows of `acquire_table`, part 2 of 3.
+fn acquire_table_rows_1() -> Vec<Row> {
+    let waiter = |what, previous: &'static str| Row {
+        args: vec![
+            "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", previous,
+        ],
+        ..acquire(what)
+    };
+    vec![
+        Row {
+            before: vec![
+                (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
+            ],
+            reply: Arr(vec![Int(2), s("w0"), s("n0 2000 3000")]),
+            after: vec![(LOCK, Absent, Ttl::Any)],
+            ..acquire("free, but another waiter is first: not our turn")
+        },
+        Row {
+            before: vec![
+                (LOCK, Str("~w1"), Some(3000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
+                (STATES, Hash(vec![("w1", "n 1 3000")]), None),
+            ],
+            after: vec![
+                (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+                (QUEUE, Absent, Ttl::Any),
+                (STATES, Absent, Ttl::Any),
+            ],
+            ..waiter("handed to this waiter by id: taken, out of the queue", "")
+        },
+        Row {
+            before: vec![
+                (LOCK, Str("p1;w=0"), Some(3000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1"), (Abs(2), "w2")]), None),
+                (
+                    STATES,
+                    Hash(vec![("w1", "p1;w=0 2000 3000"), ("w2", "n2 2000 3000")]),
+                    None,
+                ),
+            ],
+            after: vec![
+                (LOCK, Str("t1;w=1"), Ttl::About(2000)),
+                (QUEUE, Zset(vec![(Abs(2), "w2")]), Ttl::Any),
+            ],
+            ..waiter(
+                "granted to the previous attempt: taken, marked for the next",
+                "p1;w=0",
+            )
+        },
+        Row {
+            before: vec![
+                (LOCK, Str("~w0"), Some(3000)),
+                (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                (STATES, Hash(vec![("w0", "n0 3000")]), None),
+            ],
+            reply: Arr(vec![Int(2), s("w0"), s("n0 3000")]),
+            after: vec![(LOCK, Str("~w0"), Ttl::About(3000))],
+            ..acquire("handed to another waiter: its turn")
+        },
+    ]
+}
+
+/// Rows of `acquire_table`, part 3 of 3.
+fn acquire_table_rows_2() -> Vec<Row> {
+    vec![Row {
+        before: vec![
+            (LOCK, Str("~w0"), Some(3000)),
+            (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+            (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
+        ],
+        args: vec![
+            "t1;w=0",
+            "2000",
+            "1",
+            "60000",
+            "w1",
+            "3000",
+            "w0",
+            "n0 2000 3000",
+            "",
+        ],
+        after: vec![
+            (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+            (QUEUE, Absent, Ttl::Any),
+            (STATES, Absent, Ttl::Any),
+        ],
+        ..acquire("a stale head is evicted with the key handed to it: taken")
+    }]
+}
+
+#[tokio::test]
+async fn acquire_unqueued_table() {
+    let row = |what| Row {
+        script: &ACQUIRE_UNQUEUED,
+        keys: vec![LOCK, FENCE_KEY],
+        ..acquire(what)
+    };
+    run(vec![
+        Row {
+            after: vec![
+                (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+                (FENCE_KEY, Str("1*"), Ttl::About(60000)),
+            ],
+            ..row("free: taken")
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000))],
+            reply: Arr(vec![Int(0), AboutMs(5000)]),
+            after: vec![(LOCK, Str("o;w=0"), Ttl::About(5000))],
+            ..row("held: busy")
+        },
+        Row {
+            before: vec![(LOCK, List, None)],
+            reply: Arr(vec![Int(-1), s("list")]),
+            ..row("the key holds another type")
+        },
+        Row {
+            before: vec![(LOCK, Str("permits:2"), None)],
+            reply: Arr(vec![Int(-3), s("permits:2")]),
+            ..row("permits hold the name")
+        },
+        Row {
+            before: vec![(FENCE_KEY, Str("1.5"), None)],
+            reply: Arr(vec![Int(-2), s("holds 1.5, not an integer counter")]),
+            after: vec![(LOCK, Absent, Ttl::Any)],
+            ..row("the counter is not a counter: the key just taken is deleted again")
+        },
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn renew_table() {
+    let mut rows = Vec::new();
+    rows.extend(renew_table_rows_0());
+    rows.extend(renew_table_rows_1());
+    rows.extend(renew_table_rows_2());
+    run(rows).await;
+}
+
+/// Rows of `renew_table`, part 1 of 3.
+fn renew_table_rows_0() -> Vec<Row> {
+    let renew = |what, before: Vec<(&'static str, Data, Option<u64>)>, token, reply, after| Row {
+        what,
+        script: &RENEW,
+        before,
+        keys: vec![LOCK],
+        args: vec![token, "2000"],
+        reply: Arr(vec![Int(reply)]),
+        after,
+    };
+    vec![
+        renew(
+            "ours: extended to the ttl",
+            vec![(LOCK, Str("t;w=0"), Some(500))],
+            "t;w=0",
+            1,
+            vec![(LOCK, Str("t;w=0"), Ttl::About(2000))],
+        ),
+        renew(
+            "not ours: untouched",
+            vec![(LOCK, Str("o;w=0"), Some(500))],
+            "t;w=0",
+            0,
+            vec![(LOCK, Str("o;w=0"), Ttl::About(500))],
+        ),
+        renew(
+            "ours with the waiters' mark",
+            vec![(LOCK, Str("t;w=1"), Some(500))],
+            "t;w=0",
+            1,
+            vec![(LOCK, Str("t;w=1"), Ttl::About(2000))],
+        ),
+        renew("no key", vec![], "t;w=0", 0, vec![(LOCK, Absent, Ttl::Any)]),
+        renew(
+            "a shared key is never shortened",
+            vec![(LOCK, Str("shared:s;w=0"), Some(5000))],
+            "shared:s;w=0",
+            1,
+            vec![(LOCK, Str("shared:s;w=0"), Ttl::About(5000))],
+        ),
+        renew(
+            "a shared key is extended",
+            vec![(LOCK, Str("shared:s;w=0"), Some(500))],
+            "shared:s;w=0",
+            1,
+            vec![(LOCK, Str("shared:s;w=0"), Ttl::About(2000))],
+        ),
+        renew(
+            "the mark of permits is never shortened",
+            vec![(LOCK, Str("permits:3"), Some(5000))],
+            "permits:3",
+            1,
+            vec![(LOCK, Str("permits:3"), Ttl::About(5000))],
+        ),
+    ]
+}
+
+/// Rows of `renew_table`, part 2 of 3.
+fn renew_table_rows_1() -> Vec<Row> {
+    let renew = |what, before: Vec<(&'static str, Data, Option<u64>)>, token, reply, after| Row {
+        what,
+        script: &RENEW,
+        before,
+        keys: vec![LOCK],
+        args: vec![token, "2000"],
+        reply: Arr(vec![Int(reply)]),
+        after,
+    };
+    let member = |what, score, reply, after: Data| Row {
+        keys: vec![READERS],
+        args: vec!["r1 7", "2000"],
+        ..renew(
+            what,
+            vec![(READERS, Zset(vec![(score, "r1 7")]), Some(500))],
+            "",
+            reply,
+            vec![(READERS, after, Ttl::Any)],
+        )
+    };
+    vec![
+        member(
+            "a live shared holder's place moves to its new expiry",
+            Rel(500),
+            1,
+            Zset(vec![(Rel(2000), "r1 7")]),
+        ),
+        member(
+            "a shared holder whose lease ran out is not renewed",
+            Rel(-50),
+            0,
+            Zset(vec![(Rel(-50), "r1 7")]),
+        ),
+        Row {
+            args: vec!["r2 8", "2000"],
+            ..member(
+                "not among the shared holders",
+                Rel(500),
+                0,
+                Zset(vec![(Rel(500), "r1 7")]),
+            )
+        },
+        Row {
+            what: "two keys in one call, each decided",
+            script: &RENEW,
+            before: vec![
+                (LOCK, Str("t;w=0"), Some(500)),
+                (READERS, Zset(vec![(Rel(500), "r1 7")]), None),
+            ],
+            keys: vec![LOCK, READERS],
+            args: vec!["t;w=0", "2000", "r9 9", "2000"],
+            reply: Arr(vec![Int(1), Int(0)]),
+            after: vec![(LOCK, Str("t;w=0"), Ttl::About(2000))],
+        },
+    ]
+}
+
+/// Rows of `renew_table`, part 3 of 3.
+fn renew_table_rows_2() -> Vec<Row> {
+    vec![Row {
+        what: "the cluster form: keys in the arguments",
+        script: &RENEW_ANY_SLOT,
+        before: vec![
+            (LOCK, Str("t;w=0"), Some(500)),
+            (READERS, Zset(vec![(Rel(500), "r1 7")]), None),
+        ],
+        keys: vec![],
+        args: vec![
+            LOCK, "t;w=0", "2000", READERS, "r1 7", "2000", P0, "x", "2000",
+        ],
+        reply: Arr(vec![Int(1), Int(1), Int(0)]),
+        after: vec![
+            (LOCK, Str("t;w=0"), Ttl::About(2000)),
+            (READERS, Zset(vec![(Rel(2000), "r1 7")]), Ttl::About(2000)),
+        ],
+    }]
+}
+
+#[tokio::test]
+async fn release_table() {
+    let mut rows = Vec::new();
+    rows.extend(release_table_rows_0());
+    rows.extend(release_table_rows_1());
+    rows.extend(release_table_rows_2());
+    rows.extend(release_table_rows_3());
+    run(rows).await;
+}
+
+/// Rows of `release_table`, part 1 of 4.
+fn release_table_rows_0() -> Vec<Row> {
+    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
+        what,
+        script: &RELEASE,
+        before,
+        keys: vec![LOCK, QUEUE, FENCE_KEY],
+        args,
+        reply,
+        after,
+    };
+    vec![
+        release(
+            "ours: deleted",
+            vec![(LOCK, Str("t;w=0"), Some(5000))],
+            vec!["t;w=0"],
+            Int(1),
+            vec![(LOCK, Absent, Ttl::Any)],
+        ),
+        release(
+            "not ours: untouched",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            vec!["t;w=0"],
+            Int(0),
+            vec![(LOCK, Str("o;w=0"), Ttl::About(5000))],
+        ),
+        release(
+            "a fence to record: the counter is raised, kept for the retention",
+            vec![(LOCK, Str("t;w=0"), Some(5000))],
+            vec!["t;w=0", "60000", "100"],
+            Int(1),
+            vec![
+                (LOCK, Absent, Ttl::Any),
+                (FENCE_KEY, Str("100"), Ttl::About(60000)),
+            ],
+        ),
+        release(
+            "a fence below the counter: the counter stays",
+            vec![
+                (LOCK, Str("t;w=0"), Some(5000)),
+                (FENCE_KEY, Str("200"), Some(9000)),
+            ],
+            vec!["t;w=0", "60000", "100"],
+            Int(1),
+            vec![(FENCE_KEY, Str("200"), Ttl::About(9000))],
+        ),
+    ]
+}
+
+/// Rows of `release_table`, part 2 of 4.
+fn release_table_rows_1() -> Vec<Row> {
+    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
+        what,
+        script: &RELEASE,
+        before,
+        keys: vec![LOCK, QUEUE, FENCE_KEY],
+        args,
+        reply,
+        after,
+    };
+    let whole = vec!["t;w=0", "60000", "0", "PUBLISH", "0"];
+    vec![
+        release(
+            "kept for min_hold under a value no lease renews",
+            vec![(LOCK, Str("t;w=0"), Some(5000))],
+            vec!["t;w=0", "60000", "0", "PUBLISH", "3000"],
+            Int(1),
+            vec![(LOCK, Str("t;w=0:released"), Ttl::About(3000))],
+        ),
+        release(
+            "a waiter queued: granted to its last attempt for its grace",
+            vec![
+                (LOCK, Str("t;w=1"), Some(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
+                (STATES, Hash(vec![("w1", "n1;w=0 2000 3000")]), None),
+            ],
+            whole.clone(),
+            s("~w1 n1;w=0 1*"),
+            vec![
+                (LOCK, Str("n1;w=0"), Ttl::About(3000)),
+                (QUEUE, Absent, Ttl::Any),
+                (STATES, Absent, Ttl::Any),
+                (FENCE_KEY, Str("1*"), Ttl::About(60000)),
+            ],
+        ),
+        release(
+            "a waiter without a ttl (shared, permits): handed over by id",
+            vec![
+                (LOCK, Str("t;w=1"), Some(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
+                (STATES, Hash(vec![("w1", "n1 3000")]), None),
+            ],
+            whole.clone(),
+            s("~w1"),
+            vec![
+                (LOCK, Str("~w1"), Ttl::About(3000)),
+                (QUEUE, Absent, Ttl::Any),
+            ],
+        ),
+    ]
+}
+
+/// Rows of `release_table`, part 3 of 4.
+fn release_table_rows_2() -> Vec<Row> {
+    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
+        what,
+        script: &RELEASE,
+        before,
+        keys: vec![LOCK, QUEUE, FENCE_KEY],
+        args,
+        reply,
+        after,
+    };
+    let whole = vec!["t;w=0", "60000", "0", "PUBLISH", "0"];
+    let permit = |what, other: Option<&'static str>, mark_after: Data| Row {
+        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
+        ..release(
+            what,
+            [
+                vec![
+                    (LOCK, Str("permits:2"), Some(5000)),
+                    (P0, Str("t;w=0"), Some(5000)),
+                ],
+                other
+                    .map(|v| vec![(P1, Str(v), Some(5000))])
+                    .unwrap_or_default(),
+            ]
+            .concat(),
+            vec!["t;w=0", "60000"],
+            Int(1),
+            vec![(P0, Absent, Ttl::Any), (LOCK, mark_after, Ttl::Any)],
+        )
+    };
+    vec![
+        release(
+            "the head left the queue's states: freed",
+            vec![
+                (LOCK, Str("t;w=1"), Some(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
+            ],
+            whole.clone(),
+            Int(1),
+            vec![(LOCK, Absent, Ttl::Any)],
+        ),
+        release(
+            "a queue name of another type is no queue",
+            vec![(LOCK, Str("t;w=1"), Some(5000)), (QUEUE, Str("x"), None)],
+            whole.clone(),
+            Int(1),
+            vec![(LOCK, Absent, Ttl::Any), (QUEUE, Str("x"), Ttl::None)],
+        ),
+        permit(
+            "the last permit out frees the lock's key of its mark",
+            None,
+            Absent,
+        ),
+        permit(
+            "a permit out with another held: the mark stays",
+            Some("o;w=0"),
+            Str("permits:2"),
+        ),
+    ]
+}
+
+/// Rows of `release_table`, part 4 of 4.
+fn release_table_rows_3() -> Vec<Row> {
+    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
+        what,
+        script: &RELEASE,
+        before,
+        keys: vec![LOCK, QUEUE, FENCE_KEY],
+        args,
+        reply,
+        after,
+    };
+    vec![Row {
+        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
+        ..release(
+            "a permit kept for min_hold keeps the mark as long",
+            vec![
+                (LOCK, Str("permits:2"), Some(1000)),
+                (P0, Str("t;w=0"), Some(5000)),
+            ],
+            vec!["t;w=0", "60000", "0", "PUBLISH", "4000"],
+            Int(1),
+            vec![
+                (P0, Str("t;w=0:released"), Ttl::About(4000)),
+                (LOCK, Str("permits:2"), Ttl::About(4000)),
+            ],
+        )
+    }]
+}
+
+#[tokio::test]
+async fn acquire_permit_table() {
+    let mut rows = Vec::new();
+    rows.extend(acquire_permit_table_rows_0());
+    rows.extend(acquire_permit_table_rows_1());
+    run(rows).await;
+}
+
+/// Rows of `acquire_permit_table`, part 1 of 2.
+fn acquire_permit_table_rows_0() -> Vec<Row> {
+    let row = |what, before, reply, after| Row {
+        what,
+        script: &ACQUIRE_PERMIT,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, P0, P1],
+        args: vec!["t1;w=0", "2000", "1", "60000", "2"],
+        reply,
+        after,
+    };
+    vec![
+        row(
+            "free: permit 0, and the lock's key marked",
+            vec![],
+            Arr(vec![Int(1), Fence, Int(0)]),
+            vec![
+                (P0, Str("t1;w=0"), Ttl::About(2000)),
+                (LOCK, Str("permits:2"), Ttl::About(2000)),
+                (FENCE_KEY, Str("1*"), Ttl::About(60000)),
+            ],
+        ),
+        row(
+            "one held: the other, and the mark extended",
+            vec![
+                (LOCK, Str("permits:2"), Some(500)),
+                (P0, Str("o;w=0"), Some(500)),
+            ],
+            Arr(vec![Int(1), Fence, Int(1)]),
+            vec![
+                (P1, Str("t1;w=0"), Ttl::About(2000)),
+                (LOCK, Str("permits:2"), Ttl::About(2000)),
+            ],
+        ),
+        row(
+            "another N holds the name",
+            vec![(LOCK, Str("permits:3"), Some(5000))],
+            Arr(vec![Int(-3), s("permits:3")]),
+            vec![(P0, Absent, Ttl::Any)],
+        ),
+        row(
+            "an exclusive holder",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            Arr(vec![Int(-3), s("o;w=0")]),
+            vec![(P0, Absent, Ttl::Any)],
+        ),
+        row(
+            "a shared hold",
+            vec![(LOCK, Str("shared:o;w=0"), Some(5000))],
+            Arr(vec![Int(-3), s("shared:o;w=0")]),
+            vec![(P0, Absent, Ttl::Any)],
+        ),
+        row(
+            "every permit held: the soonest expiry",
+            vec![
+                (LOCK, Str("permits:2"), Some(6000)),
+                (P0, Str("a;w=0"), Some(4000)),
+                (P1, Str("b;w=0"), Some(6000)),
+            ],
+            Arr(vec![Int(0), AboutMs(4000)]),
+            vec![],
+        ),
+    ]
+}
+
+/// Rows of `acquire_permit_table`, part 2 of 2.
+fn acquire_permit_table_rows_1() -> Vec<Row> {
+    let row = |what, before, reply, after| Row {
+        what,
+        script: &ACQUIRE_PERMIT,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, P0, P1],
+        args: vec!["t1;w=0", "2000", "1", "60000", "2"],
+        reply,
+        after,
+    };
+    vec![
+        row(
+            "a permit free, but a waiter before this caller",
+            vec![
+                (LOCK, Str("permits:2"), Some(6000)),
+                (P0, Str("a;w=0"), Some(4000)),
+                (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
+            ],
+            Arr(vec![Int(2), s("w0"), s("n0 2000 3000")]),
+            vec![(P1, Absent, Ttl::Any)],
+        ),
+        row(
+            "the lock's key holds another type",
+            vec![(LOCK, List, None)],
+            Arr(vec![Int(-1), s("list")]),
+            vec![(P0, Absent, Ttl::Any)],
+        ),
+        row(
+            "the queue's states hold another type",
+            vec![(STATES, Str("x"), None)],
+            Arr(vec![Int(-1), s("string"), s(STATES)]),
+            vec![(P0, Absent, Ttl::Any), (LOCK, Absent, Ttl::Any)],
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn forget_permit_table() {
+    let row = |what, before, reply, after| Row {
+        what,
+        script: &FORGET_PERMIT,
+        before,
+        keys: vec![LOCK, P0, P1],
+        args: vec!["t;w=0", "lock:{a}:released", "PUBLISH"],
+        reply,
+        after,
+    };
+    run(vec![
+        row(
+            "the last permit forgotten: freed, and the mark with it",
+            vec![
+                (LOCK, Str("permits:2"), Some(5000)),
+                (P1, Str("t;w=1"), Some(5000)),
+            ],
+            Int(1),
+            vec![(P1, Absent, Ttl::Any), (LOCK, Absent, Ttl::Any)],
+        ),
+        row(
+            "another permit held: the mark stays",
+            vec![
+                (LOCK, Str("permits:2"), Some(5000)),
+                (P0, Str("t;w=0"), Some(5000)),
+                (P1, Str("o;w=0"), Some(5000)),
+            ],
+            Int(1),
+            vec![
+                (P0, Absent, Ttl::Any),
+                (LOCK, Str("permits:2"), Ttl::About(5000)),
+                (P1, Str("o;w=0"), Ttl::Any),
+            ],
+        ),
+        row(
+            "no permit holds the token: nothing touched",
+            vec![
+                (LOCK, Str("permits:2"), Some(5000)),
+                (P0, Str("o;w=0"), Some(5000)),
+            ],
+            Int(0),
+            vec![
+                (P0, Str("o;w=0"), Ttl::Any),
+                (LOCK, Str("permits:2"), Ttl::Any),
+            ],
+        ),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn acquire_shared_table() {
+    let mut rows = Vec::new();
+    rows.extend(acquire_shared_table_rows_0());
+    rows.extend(acquire_shared_table_rows_1());
+    run(rows).await;
+}
+
+/// Rows of `acquire_shared_table`, part 1 of 2.
+fn acquire_shared_table_rows_0() -> Vec<Row> {
+    let row = |what, before, reply, after| Row {
+        what,
+        script: &ACQUIRE_SHARED,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, READERS],
+        args: vec!["r1;w=0", "2000", "1", "60000", "PUBLISH"],
+        reply,
+        after,
+    };
+    vec![
+        row(
+            "free: the key marked shared, this holder's place scored by its expiry",
+            vec![],
+            Arr(vec![Int(1), Fence, s("shared:r1;w=0"), s("r1;w=0 1*")]),
+            vec![
+                (LOCK, Str("shared:r1;w=0"), Ttl::About(2000)),
+                (
+                    READERS,
+                    Zset(vec![(Rel(2000), "r1;w=0 1*")]),
+                    Ttl::About(2000),
+                ),
+            ],
+        ),
+        row(
+            "joins a shared hold: the key extended, dead holders' places gone",
+            vec![
+                (LOCK, Str("shared:r0;w=0"), Some(500)),
+                (
+                    READERS,
+                    Zset(vec![(Rel(500), "r0;w=0 5"), (Rel(-100), "rx;w=0 4")]),
+                    Some(500),
+                ),
+            ],
+            Arr(vec![Int(1), Fence, s("shared:r0;w=0"), s("r1;w=0 1*")]),
+            vec![
+                (LOCK, Str("shared:r0;w=0"), Ttl::About(2000)),
+                (
+                    READERS,
+                    Zset(vec![(Rel(500), "r0;w=0 5"), (Rel(2000), "r1;w=0 1*")]),
+                    Ttl::About(2000),
+                ),
+            ],
+        ),
+        row(
+            "an exclusive holder: busy",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            Arr(vec![Int(0), AboutMs(5000)]),
+            vec![(READERS, Absent, Ttl::Any)],
+        ),
+        row(
+            "permits hold the name",
+            vec![(LOCK, Str("permits:2"), Some(5000))],
+            Arr(vec![Int(-3), s("permits:2")]),
+            vec![(READERS, Absent, Ttl::Any)],
+        ),
+        row(
+            "the holders' set holds another type",
+            vec![(READERS, Str("x"), None)],
+            Arr(vec![Int(-1), s("string"), s(READERS)]),
+            vec![(LOCK, Absent, Ttl::Any), (READERS, Str("x"), Ttl::None)],
+        ),
+    ]
+}
+
+/// Rows of `acquire_shared_table`, part 2 of 2.
+fn acquire_shared_table_rows_1() -> Vec<Row> {
+    let row = |what, before, reply, after| Row {
+        what,
+        script: &ACQUIRE_SHARED,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, READERS],
+        args: vec!["r1;w=0", "2000", "1", "60000", "PUBLISH"],
+        reply,
+        after,
+    };
+    vec![row(
+        "an exclusive waiter first in line: its turn",
+        vec![
+            (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+            (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
+        ],
+        Arr(vec![Int(2), s("w0"), s("n0 2000 3000")]),
+        vec![(LOCK, Absent, Ttl::Any)],
+    )]
+}
+
+#[tokio::test]
+async fn release_shared_table() {
+    let mut rows = Vec::new();
+    rows.extend(release_shared_table_rows_0());
+    rows.extend(release_shared_table_rows_1());
+    run(rows).await;
+}
+
+/// Rows of `release_shared_table`, part 1 of 2.
+fn release_shared_table_rows_0() -> Vec<Row> {
+    let row = |what, before, place, reply, after| Row {
+        what,
+        script: &RELEASE_SHARED,
+        before,
+        keys: vec![LOCK, READERS, QUEUE, FENCE_KEY],
+        args: vec!["shared:r1;w=0", place, "60000", "PUBLISH", "0"],
+        reply,
+        after,
+    };
+    let held = |members: Vec<(Score, &'static str)>| {
+        vec![
+            (LOCK, Str("shared:r1;w=0"), Some(5000)),
+            (READERS, Zset(members), Some(5000)),
+        ]
+    };
+    vec![
+        row(
+            "the last one out: the key and the set deleted",
+            held(vec![(Rel(2000), "r1;w=0 5")]),
+            "r1;w=0 5",
+            Int(1),
+            vec![(LOCK, Absent, Ttl::Any), (READERS, Absent, Ttl::Any)],
+        ),
+        row(
+            "others hold: the key cut down to the longest of their leases",
+            held(vec![(Rel(4000), "r1;w=0 5"), (Rel(1000), "r2;w=0 6")]),
+            "r1;w=0 5",
+            Int(1),
+            vec![
+                (LOCK, Str("shared:r1;w=0"), Ttl::About(1000)),
+                (READERS, Zset(vec![(Rel(1000), "r2;w=0 6")]), Ttl::Any),
+            ],
+        ),
+        row(
+            "only the token known: its place found",
+            held(vec![(Rel(2000), "r1;w=0 5"), (Rel(2000), "r2;w=0 6")]),
+            "r2;w=0",
+            Int(1),
+            vec![(READERS, Zset(vec![(Rel(2000), "r1;w=0 5")]), Ttl::Any)],
+        ),
+        row(
+            "a dead holder is not counted: the last live one releases",
+            held(vec![(Rel(2000), "r1;w=0 5"), (Rel(-100), "r2;w=0 6")]),
+            "r1;w=0 5",
+            Int(1),
+            vec![(LOCK, Absent, Ttl::Any), (READERS, Absent, Ttl::Any)],
+        ),
+        row(
+            "not among the holders: nothing touched",
+            held(vec![(Rel(2000), "r2;w=0 6")]),
+            "r1;w=0 5",
+            Int(0),
+            vec![(LOCK, Str("shared:r1;w=0"), Ttl::About(5000))],
+        ),
+        row(
+            "the key is not shared: nothing touched",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            "r1;w=0 5",
+            Int(0),
+            vec![(LOCK, Str("o;w=0"), Ttl::Any)],
+        ),
+    ]
+}
+
+/// Rows of `release_shared_table`, part 2 of 2.
+fn release_shared_table_rows_1() -> Vec<Row> {
+    let row = |what, before, place, reply, after| Row {
+        what,
+        script: &RELEASE_SHARED,
+        before,
+        keys: vec![LOCK, READERS, QUEUE, FENCE_KEY],
+        args: vec!["shared:r1;w=0", place, "60000", "PUBLISH", "0"],
+        reply,
+        after,
+    };
+    let held = |members: Vec<(Score, &'static str)>| {
+        vec![
+            (LOCK, Str("shared:r1;w=0"), Some(5000)),
+            (READERS, Zset(members), Some(5000)),
+        ]
+    };
+    vec![Row {
+        args: vec!["shared:r1;w=0", "r1;w=0 5", "60000", "PUBLISH", "3000"],
+        ..row(
+            "the last one out with min_hold: kept under a value no lease renews",
+            held(vec![(Rel(2000), "r1;w=0 5")]),
+            "",
+            Int(1),
+            vec![(LOCK, Str("r1;w=0:released"), Ttl::About(3000))],
+        )
+    }]
+}
+
+#[tokio::test]
+async fn fence_tables() {
+    let fence = |what, before, reply, after| Row {
+        what,
+        script: &FENCE,
+        before,
+        keys: vec![LOCK, FENCE_KEY],
+        args: vec!["t;w=0", "60000"],
+        reply,
+        after,
+    };
+    let raise = |what, counter: &'static str, reply, after: &'static str| Row {
+        what,
+        script: &RAISE_FENCE,
+        before: vec![(FENCE_KEY, Str(counter), None)],
+        keys: vec![FENCE_KEY],
+        args: vec!["100", "60000"],
+        reply,
+        after: vec![(FENCE_KEY, Str(after), Ttl::Any)],
+    };
+    run(vec![
+        fence(
+            "ours: a fence from the clock, written",
+            vec![(LOCK, Str("t;w=0"), Some(5000))],
+            Arr(vec![Int(1), Fence]),
+            vec![(FENCE_KEY, Str("1*"), Ttl::About(60000))],
+        ),
+        fence(
+            "not ours: nothing",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            Arr(vec![Int(0)]),
+            vec![(FENCE_KEY, Absent, Ttl::Any)],
+        ),
+        fence(
+            "the counter is not a counter",
+            vec![
+                (LOCK, Str("t;w=0"), Some(5000)),
+                (FENCE_KEY, Str("x"), None),
+            ],
+            Arr(vec![Int(-2), s("holds x, not an integer counter")]),
+            vec![(FENCE_KEY, Str("x"), Ttl::None)],
+        ),
+        raise("a lower counter is raised", "5", Int(1), "100"),
+        raise("a higher counter stays", "500", Int(1), "500"),
+        raise(
+            "the counter is not a counter",
+            "x",
+            Arr(vec![Int(-2), s("holds x, not an integer counter")]),
+            "x",
+        ),
+    ])
+    .await;
+}
