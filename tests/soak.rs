@@ -35,7 +35,7 @@ use rig::{Baseline, Forcing, Injected, Rig, inject};
 use slots::{Kind, assert_sound, slots_soak};
 use support::fenced::FencedStore;
 use support::history::{Hold, HoldMode, Mode, Report};
-use support::{Rng, ms};
+use support::{Rng, assert_every_key_expires, ms};
 use tokio::time::{Instant, timeout};
 
 /// Outcomes of the operations, by kind.
@@ -46,9 +46,16 @@ struct Counts {
     lost: AtomicU64,
     max_exec: AtomicU64,
     redis: AtomicU64,
+    /// Refused: the caller's mode or number of permits disagrees with the name's holders'.
+    config: AtomicU64,
     cancelled: AtomicU64,
     dropped: AtomicU64,
     other: AtomicU64,
+}
+
+/// Whether `res` is a refusal for another mode or N (`Config`).
+fn refused<T>(res: &Result<T, LockError>) -> bool {
+    matches!(res, Err(LockError::Config { .. }))
 }
 
 impl Counts {
@@ -59,6 +66,7 @@ impl Counts {
             Err(LockError::Lost { .. }) => &self.lost,
             Err(LockError::MaxExecExceeded { .. }) => &self.max_exec,
             Err(LockError::Redis { .. }) => &self.redis,
+            Err(LockError::Config { .. }) => &self.config,
             Err(_) => &self.other,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -70,13 +78,15 @@ impl std::fmt::Display for Counts {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         write!(
             f,
-            "{} sections done, {} busy, {} lost, {} max_exec, {} redis errors, {} cancelled by the caller, \
-             {} leases dropped unreleased, {} other errors",
+            "{} sections done, {} busy, {} lost, {} max_exec, {} redis errors, {} refused for \
+             another mode or N (Config), {} cancelled by the caller, {} leases dropped unreleased, \
+             {} other errors",
             g(&self.sections),
             g(&self.busy),
             g(&self.lost),
             g(&self.max_exec),
             g(&self.redis),
+            g(&self.config),
             g(&self.cancelled),
             g(&self.dropped),
             g(&self.other)
@@ -435,6 +445,7 @@ async fn soak_random_faults_no_violations_no_leaks() {
         "no section ran: {counts}"
     );
     assert!(report.accepted > 0, "no write was accepted: {report}");
+    assert_every_key_expires(&rig.server).await;
 }
 
 /// Prints the lock soak's overlapping pairs by cause.
@@ -495,8 +506,8 @@ const PERMITS: u32 = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn soak_permits_random_faults_at_most_n_inside() {
     let kinds = [Kind::Permit(PERMITS); 8];
-    let soak = slots_soak("soak-permits", &kinds, Forcing::Permit(PERMITS), PERMITS, 5).await;
-    assert_sound(&soak, PERMITS);
+    let soak = slots_soak("soak-permits", &kinds, Forcing::Permit(PERMITS), 5).await;
+    assert_sound(&soak, PERMITS as usize);
 }
 
 /// The unsafe control of the permits soak, with the fault for real: 3 holders inside, one of
@@ -523,7 +534,7 @@ async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
                     .run(NAME, &o, async |lease| {
                         let fence = lease.fence();
                         store
-                            .enter_as(&client, fence, HoldMode::Permit)
+                            .enter_as(&client, fence, HoldMode::Permit(PERMITS))
                             .await
                             .unwrap();
                         entered.send(token_of(lease)).await.unwrap();
@@ -548,7 +559,7 @@ async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
     let fourth = locker
         .run(NAME, &o, async |lease| {
             store
-                .enter_as("h3", lease.fence(), HoldMode::Permit)
+                .enter_as("h3", lease.fence(), HoldMode::Permit(PERMITS))
                 .await
                 .unwrap();
             store.leave("h3", lease.fence()).await.unwrap();
@@ -568,7 +579,7 @@ async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
         lost, 1,
         "the holder whose key went is told, the others are not"
     );
-    let mut report = store.check_permits(PERMITS).await.unwrap();
+    let mut report = store.check().await.unwrap();
     println!("{report}");
     assert_eq!(
         (report.violations(), report.most_inside),
@@ -587,9 +598,8 @@ async fn permits_control_a_key_deleted_under_its_holder_lets_a_fourth_in() {
 async fn soak_read_write_random_faults_no_exclusive_with_others() {
     let mut kinds = [Kind::Shared; 8];
     kinds[..2].fill(Kind::Exclusive);
-    let soak = slots_soak("soak-rw", &kinds, Forcing::ReadWrite, 1, 5).await;
-    // Told `1` admits nothing shared beyond the first: the name filled past it (two shared
-    // holders together) is what `assert_sound` checks.
+    let soak = slots_soak("soak-rw", &kinds, Forcing::ReadWrite, 5).await;
+    // Two shared holders inside together at least once.
     assert_sound(&soak, 2);
 }
 
@@ -644,9 +654,105 @@ async fn read_write_control_a_key_deleted_under_shared_holders_lets_a_writer_in(
         let res = res.expect("reader ends").unwrap();
         assert!(matches!(res, Err(LockError::Lost { .. })), "{res:?}");
     }
-    let mut report = store.check_permits(1).await.unwrap();
+    let mut report = store.check().await.unwrap();
     println!("{report}");
     assert!(report.violations() > 0, "{report}");
     report.excuse(|h| h.mode == HoldMode::Shared);
     assert_eq!(report.violations(), 0, "{report}");
+}
+
+/// Workers of every mode on one name under the lock soak's faults (`SOAK_SECS`, default 5 s): 2
+/// exclusive, 2 shared, 3 with `permits = 3` and 2 with `permits = 2` (`permits = 1` is the
+/// exclusive mode: one code path). Never two holds inside at once whose modes exclude each
+/// other (an exclusive hold with any other, a shared hold with a permit, permits of 3 with
+/// permits of 2, more than N permits of N), apart from holders a fault took the key from, and
+/// those are told. A caller whose mode or N disagrees with the holders' is refused with
+/// `Config`: counted and printed, not a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_mixed_modes_random_faults_no_incompatible_holders_inside() {
+    use Kind::{Exclusive, Permit, Shared};
+    let kinds = [
+        Exclusive,
+        Exclusive,
+        Shared,
+        Shared,
+        Permit(3),
+        Permit(3),
+        Permit(3),
+        Permit(2),
+        Permit(2),
+    ];
+    let soak = slots_soak("soak-mixed", &kinds, Forcing::Mixed(3), 5).await;
+    // Two holders of a mode that shares the name inside together at least once.
+    assert_sound(&soak, 2);
+}
+
+/// The unsafe control of the mixed-mode soak: two holders of `permits = 3` inside, by the lock,
+/// while sections of the other modes run without taking it (as a caller that skipped the lock
+/// would): an exclusive one, a shared one and one of `permits = 2`, one after the other. The
+/// checker reports each of them as a crowd with the two permit holders; excusing the three
+/// leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_control_sections_of_other_modes_without_the_lock_are_crowds() {
+    const NAME: &str = "control-mixed";
+    let (server, _store_server, store, locker) = control(NAME).await;
+    let o = LockOptions::new(ms(30_000)).with_permits(PERMITS);
+    let (entered, mut inside) = tokio::sync::mpsc::channel(2);
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let holders: Vec<_> = (0..2)
+        .map(|i| {
+            let (locker, store, entered, mut gate) =
+                (locker.clone(), store.clone(), entered.clone(), gate.clone());
+            tokio::spawn(async move {
+                let client = format!("p{i}");
+                locker
+                    .run(NAME, &o, async |lease| {
+                        let (fence, mode) = (lease.fence(), HoldMode::Permit(PERMITS));
+                        store.enter_as(&client, fence, mode).await.unwrap();
+                        entered.send(()).await.unwrap();
+                        gate.wait_for(|go| *go).await.unwrap();
+                        store.leave(&client, fence).await.unwrap();
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for _ in 0..2 {
+        let got = timeout(Duration::from_secs(10), inside.recv()).await;
+        got.expect("two permit holders inside").unwrap();
+    }
+    // No lease, so no fence: the sections make up their own.
+    let intruders = [
+        ("x", HoldMode::Exclusive),
+        ("s", HoldMode::Shared),
+        ("p2", HoldMode::Permit(2)),
+    ];
+    for (fence, (client, mode)) in (1..).zip(intruders) {
+        store.enter_as(client, fence, mode).await.unwrap();
+        store.leave(client, fence).await.unwrap();
+    }
+    go.send(true).unwrap();
+    for h in holders {
+        let res = timeout(Duration::from_secs(10), h).await;
+        res.expect("holder ends")
+            .unwrap()
+            .expect("the permit holds");
+    }
+    let mut report = store.check().await.unwrap();
+    println!("{report}");
+    assert_eq!(report.violations(), 3, "{report}");
+    for (crowd, (client, _)) in report.crowds.iter().zip(intruders) {
+        let mut inside: Vec<&str> = crowd
+            .inside
+            .iter()
+            .map(|&i| &*report.holds[i].client)
+            .collect();
+        inside.sort_unstable();
+        let mut expected = vec!["p0", "p1", client];
+        expected.sort_unstable();
+        assert_eq!(inside, expected, "{report}");
+    }
+    report.excuse(|h| intruders.iter().any(|(client, _)| h.client == *client));
+    assert_eq!((report.violations(), report.excused), (0, 3), "{report}");
+    assert_every_key_expires(&server).await;
 }
