@@ -19,6 +19,8 @@
 
 pub mod support;
 
+#[path = "soak/crashes.rs"]
+mod crashes;
 #[path = "soak/rig.rs"]
 mod rig;
 #[path = "soak/slots.rs"]
@@ -755,4 +757,62 @@ async fn mixed_control_sections_of_other_modes_without_the_lock_are_crowds() {
     report.excuse(|h| intruders.iter().any(|(client, _)| h.client == *client));
     assert_eq!((report.violations(), report.excused), (0, 3), "{report}");
     assert_every_key_expires(&server).await;
+}
+
+/// A read-write lock whose shared holders crash (`soak/crashes.rs`, `SOAK_SECS`, default 5 s):
+/// shared holder processes with a lease of 300 ms, two at a time, each killed with SIGKILL
+/// 50-400 ms after it has the lock, beside 3 shared holders with a lease of 3 s and 2 writers in
+/// this process. A dead holder keeps the writers out for its lease at most: every writer has the
+/// lock within 600 ms of the later of the last release of a live holder before it and the end
+/// of the last killed holder's lease; and some writer did wait for a killed holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_read_write_killed_shared_holders_keep_writers_out_for_their_lease_at_most() {
+    crashes::crash_soak("soak-rw-crash", 5).await.assert_sound();
+}
+
+/// The crash soak's judge of a writer's wait, on timelines written by hand: the name comes free
+/// at the last release of a live hold that began before the writer had the lock, or at the end
+/// of the lease of the last holder killed before then, whichever is later (never before the
+/// writer's start); a writer is late past that and the margin.
+#[test]
+fn a_writer_wait_is_judged_by_live_releases_and_dead_leases() {
+    use crashes::{DEAD_LEASE, LiveHold, MARGIN, Wait, judge};
+    let t0 = Instant::now();
+    let at = |n: u64| t0 + ms(n);
+    let wait = |start, end| Wait {
+        writer: 0,
+        start: at(start),
+        end: at(end),
+        got: true,
+    };
+    let holds = [
+        LiveHold {
+            got: at(0),
+            released: at(100),
+        },
+        // Began after the writer had the lock: not what it waited for.
+        LiveHold {
+            got: at(5_000),
+            released: at(5_050),
+        },
+    ];
+    // Waiting for a live holder: free at its release.
+    let live = judge(wait(50, 120), &holds, &[], DEAD_LEASE);
+    assert_eq!(
+        (live.free, live.by_dead, live.late()),
+        (at(100), false, ms(0))
+    );
+    // A holder killed at 200 ms: free at 500 ms; in time up to 500 ms + the margin.
+    let crash = [at(200)];
+    let dead = judge(wait(150, 900), &holds, &crash, DEAD_LEASE);
+    assert_eq!(
+        (dead.free, dead.by_dead, dead.late()),
+        (at(500), true, ms(0))
+    );
+    let late = judge(wait(150, 3_000), &holds, &crash, DEAD_LEASE);
+    assert_eq!(late.late(), ms(3_000) - ms(500) - MARGIN);
+    // A crash long before the writer began does not excuse its wait.
+    let after = judge(wait(2_000, 2_800), &holds, &crash, DEAD_LEASE);
+    assert_eq!((after.free, after.by_dead), (at(2_000), false));
+    assert_eq!(after.late(), ms(800) - MARGIN);
 }
