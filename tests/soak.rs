@@ -4,7 +4,8 @@
 //! points of acquire, wait, body and release, and one Redis crash (`kill -9`) and restart that
 //! loads an older snapshot (taken a third of the way in). Every section is recorded in a fenced
 //! store's history, which the checker reads at the end; once every locker is dropped, the
-//! runtime's task count and Redis's client list are back to their baseline.
+//! runtime's task count and Redis's client list are back to their baseline, and no key the
+//! engine left on the lock server lacks an expiry.
 //!
 //! - The lock (16 tasks, `SOAK_SECS` seconds, default 60): 0 safety violations in the history;
 //!   fences grow in real-time order across everything, the restart included; no call whose
@@ -14,6 +15,20 @@
 //! - Permits (`soak/slots.rs`: 8 tasks, 3 permits, default 5 s): never more than 3 inside at
 //!   once, apart from the holders a fault took a key from (they are told), with an unsafe
 //!   control in which a key taken under its holder lets a fourth in and the checker sees it.
+//! - The read-write lock (6 shared, 2 exclusive tasks, default 5 s): no exclusive holder inside
+//!   with another, with an unsafe control in which the key deleted under two shared holders
+//!   lets a writer in.
+//! - Every mode on one name (exclusive, shared, `permits = 3`, `permits = 2`; default 5 s): no
+//!   two holds of modes that exclude each other inside at once; a caller refused with `Config`
+//!   for its mode or N is counted, not a failure. Unsafe control: sections of the other modes
+//!   entered without the lock beside permit holders are crowds the checker reports.
+//! - Shared holders that crash (`soak/crashes.rs`, default 5 s): shared holder processes
+//!   (`lock_holder`, lease 300 ms) killed with SIGKILL while they hold, beside live shared holders
+//!   and writers: no writer waits for a dead holder past its lease (plus a margin), and some
+//!   writer did wait for one.
+//! - Slow links (`soak/slow.rs`, default 5 s): leases of 1 s through proxies delaying 0 to 300 ms
+//!   each way: no lease told `Lost` while the server still held its key (read straight from the
+//!   server at that moment), and leases were renewed over the slowest link.
 //!
 //! `SOAK_SECS` sets the length of each soak, `SOAK_SEED` replays a run (the seed is printed).
 
