@@ -8,13 +8,14 @@ pub mod support;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use lock_runtime::{Lease, Locker};
+use lock_runtime::{Lease, LockError, Locker};
 use support::monitor::Monitor;
 use support::queue::{
     first_waiter, queue_len, queue_stalled_waiter, queue_taker, queue_waiter, queued,
 };
 use support::{
-    Env, assert_increasing, eventually, listen, ms, opts, query, set_for, take_and_release, within,
+    Env, assert_every_key_expires, assert_increasing, eventually, listen, ms, opts, query, set_for,
+    take_and_release, within,
 };
 use tokio::time::Instant;
 
@@ -86,6 +87,7 @@ async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
         assert_increasing(&fences, "fences in the order of the hand-overs");
         assert_eq!(queue_len(&env, name).await, 0);
     }
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A grant sets the key for the waiter's grace only (a vanished grantee holds the lock up no
@@ -125,6 +127,7 @@ async fn a_granted_lease_is_extended_to_its_ttl_before_the_grace_ends() {
     assert_eq!(env.get(&key).await.as_deref(), Some(lease.token()));
     lease.release().await.unwrap();
     assert!(!env.exists(&key).await);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A task on a tokio runtime of its own, on a thread of its own, with a locker of its own: driven
@@ -268,6 +271,7 @@ async fn a_waiter_cancelled_after_its_grant_passes_the_lock_on() {
     );
     first.finish();
     assert!(!env.exists(&key).await);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A grant whose message never reaches its waiter does not strand the lock: the waiter's next
@@ -321,6 +325,7 @@ async fn a_grant_whose_message_is_lost_is_taken_by_the_waiters_next_attempt() {
     );
     waiter.finish();
     eventually(ms(2_000), "released", || async { !env.exists(&key).await }).await;
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A waiter whose queue state has no ttl is not sent a grant it would not understand; it gets a
@@ -354,6 +359,7 @@ async fn a_waiter_whose_state_has_no_ttl_gets_a_hand_over_by_id() {
     let start = Instant::now();
     within(ms(5_000), waiter, "the waiter gets the lock").await;
     assert!(start.elapsed() < ms(2_000), "waited {:?}", start.elapsed());
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A waiter that queues behind a holder marks the holder's value in place (`;w=0` becomes
@@ -411,6 +417,7 @@ async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
         },
     )
     .await;
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A release without a fence to record leaves the retention out when it is the default (the
@@ -455,6 +462,30 @@ async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
         assert_eq!(env.get(&counter).await, Some(granted.fence().to_string()));
         granted.release().await.unwrap();
     }
+    // No `assert_every_key_expires`: `fence_retention(None)` keeps its counter forever.
+}
+
+/// An operator's forced release of a lock with a waiter queued grants it to that waiter in the
+/// same script, as the holder's release would; the holder learns of its loss at its release, and
+/// every key the grant wrote expires (the fence counter too: the holder took the lock with the
+/// plain commands, which leave the counter to its release, so the grant writes it first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_release_grants_the_lock_to_the_waiter_and_every_key_expires() {
+    let name = "forced";
+    let (env, key, holder) = held(name, 10_000).await;
+    let waiter = queue_taker(&env, env.second_locker().await, name, ms(5_000), 1).await;
+    let info = env.locker.inspect(name).await.unwrap().expect("held");
+    assert!(env.locker.force_release(name, &info.value).await.unwrap());
+    let fence = within(ms(5_000), waiter, "the waiter gets the lock").await;
+    assert!(
+        fence > holder.fence(),
+        "fence {fence} after {}",
+        holder.fence()
+    );
+    let lost = holder.release().await;
+    assert!(matches!(lost, Err(LockError::Lost { .. })), "{lost:?}");
+    assert!(!env.exists(&key).await);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A value without the waiters' mark field (another client's, for one) is never changed by a
@@ -473,6 +504,7 @@ async fn a_waiter_never_changes_a_value_without_the_mark() {
         assert_eq!(env.get(&key).await.as_deref(), Some(value));
         within(ms(5_000), waiter, "taken once the key expired").await;
     }
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A key that expires under queued waiters (its holder died) is free for a moment: the first
@@ -524,6 +556,7 @@ async fn a_newcomer_that_takes_a_lock_expired_under_waiters_hands_it_to_the_firs
     waiter.finish();
     eventually(ms(2_000), "released", || async { !env.exists(&key).await }).await;
     assert_eq!(queue_len(&env, name).await, 0);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// The messages `listener` got up to the marker this sends on `<key>:released:end`: every
@@ -579,6 +612,7 @@ async fn a_grant_is_published_to_the_grantees_locker_only() {
     assert_eq!(channel, &grant_channel, "published on {channel}");
     assert!(payload.starts_with(&format!("~{head} ")), "{payload}");
     assert_eq!(queue_len(&env, name).await, 0);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A waiter whose id names no grant channel (no `;grants=<id>` at its end) gets its grant on the
@@ -601,4 +635,5 @@ async fn a_waiter_without_a_grant_channel_is_granted_on_the_locks_channel() {
         "{:?}",
         messages[0]
     );
+    assert_every_key_expires(&env.server).await;
 }

@@ -1,11 +1,12 @@
 //! The fenced store's history checker, on histories written by hand: it reports overlapping
 //! holds, lost updates and stale writes accepted, tells refused stale writes and cancelled
 //! bodies apart from overlaps, and sorts out-of-order input; for a name with N permits, more
-//! than N inside at once; for a read-write lock, an exclusive hold inside with a shared one.
+//! than N inside at once; for a read-write lock, an exclusive hold inside with a shared one; for
+//! a name held in several modes, holds of modes that exclude each other inside at once.
 
 pub mod support;
 
-use support::history::{Event, HoldMode, check, check_permits};
+use support::history::{Event, HoldMode, check};
 
 fn enter_as(seq: u64, client: &str, fence: u64, mode: HoldMode) -> Event {
     Event::Enter {
@@ -106,20 +107,23 @@ fn checker_reports_overlaps_lost_updates_and_stale_writes() {
 /// end are not counted, and `excuse` takes a hold out of the count.
 #[test]
 fn checker_reports_more_permit_holders_than_permits() {
-    let p = HoldMode::Permit;
-    let three = [
-        enter_as(1, "a", 1, p),
-        enter_as(2, "b", 2, p),
-        enter_as(3, "c", 3, p),
-        leave(4, "a", 1),
-        enter_as(5, "d", 4, p),
-        leave(6, "b", 2),
-        leave(7, "c", 3),
-        leave(8, "d", 4),
-        // Cancelled inside: no end, not counted.
-        enter_as(9, "e", 5, p),
-    ];
-    let clean = check_permits(&three, 3);
+    let permits = |n| {
+        let p = HoldMode::Permit(n);
+        [
+            enter_as(1, "a", 1, p),
+            enter_as(2, "b", 2, p),
+            enter_as(3, "c", 3, p),
+            leave(4, "a", 1),
+            enter_as(5, "d", 4, p),
+            leave(6, "b", 2),
+            leave(7, "c", 3),
+            leave(8, "d", 4),
+            // Cancelled inside: no end, not counted.
+            enter_as(9, "e", 5, p),
+        ]
+    };
+    let three = permits(3);
+    let clean = check(&three);
     assert_eq!(
         (clean.violations(), clean.most_inside, clean.incomplete),
         (0, 3, 1),
@@ -127,14 +131,14 @@ fn checker_reports_more_permit_holders_than_permits() {
     );
     // No lock's checks apply to permit holds: no overlaps, no writes.
     assert_eq!((clean.overlaps.len(), clean.accepted), (0, 0));
-    let told_two = check_permits(&three, 2);
+    let told_two = check(&permits(2));
     assert_eq!(told_two.crowds.len(), 2, "{told_two}");
 
     // `d` enters while `a`, `b` and `c` are all inside.
     let mut four = three.to_vec();
     four[3] = leave(5, "a", 1);
-    four[4] = enter_as(4, "d", 4, p);
-    let mut crowded = check_permits(&four, 3);
+    four[4] = enter_as(4, "d", 4, HoldMode::Permit(3));
+    let mut crowded = check(&four);
     assert_eq!(crowded.violations(), 1, "{crowded}");
     assert_eq!(crowded.crowds[0].seq, 4);
     assert_eq!(crowded.crowds[0].inside.len(), 4);
@@ -188,4 +192,58 @@ fn checker_reports_an_exclusive_hold_inside_with_any_other() {
         leave(4, "w2", 2),
     ]);
     assert_eq!(two_writers.violations(), 1, "{two_writers}");
+}
+
+/// One name held in several modes: holds of modes that agree, one after the other, pass; an
+/// exclusive hold inside with a permit, a shared hold with a permit, and permits of 3 with a
+/// permit of 2 are each a crowd, whichever entered first. A crowd of a hold that `excuse` takes
+/// out (its key was taken under it) is gone.
+#[test]
+fn checker_reports_holds_of_modes_that_exclude_each_other() {
+    let (x, s, p2, p3) = (
+        HoldMode::Exclusive,
+        HoldMode::Shared,
+        HoldMode::Permit(2),
+        HoldMode::Permit(3),
+    );
+    let clean = check(&[
+        enter_as(1, "p3a", 1, p3),
+        enter_as(2, "p3b", 2, p3),
+        enter_as(3, "p3c", 3, p3),
+        leave(4, "p3a", 1),
+        leave(5, "p3b", 2),
+        leave(6, "p3c", 3),
+        enter_as(7, "r1", 4, s),
+        enter_as(8, "r2", 5, s),
+        leave(9, "r1", 4),
+        leave(10, "r2", 5),
+        enter_as(11, "w", 6, x),
+        leave(12, "w", 6),
+        enter_as(13, "p2a", 7, p2),
+        enter_as(14, "p2b", 8, p2),
+        leave(15, "p2a", 7),
+        leave(16, "p2b", 8),
+    ]);
+    assert_eq!((clean.violations(), clean.most_inside), (0, 3), "{clean}");
+    // Two holds of modes `a` and `b`, the second entering while the first is inside.
+    let pair = |a, b| {
+        check(&[
+            enter_as(1, "a", 1, a),
+            enter_as(2, "b", 2, b),
+            leave(3, "a", 1),
+            leave(4, "b", 2),
+        ])
+    };
+    for (a, b) in [(x, p3), (p3, x), (s, p3), (p2, s), (p3, p2), (p2, p3)] {
+        let report = pair(a, b);
+        assert_eq!(report.violations(), 1, "{a} then {b}: {report}");
+        assert_eq!(report.crowds[0].inside, [0, 1], "{a} then {b}: {report}");
+    }
+    // Agreeing modes are no crowd: permits of one N, shared holds.
+    for (a, b) in [(p2, p2), (p3, p3), (s, s)] {
+        assert_eq!(pair(a, b).violations(), 0, "{a} with {b}");
+    }
+    let mut excused = pair(p3, x);
+    excused.excuse(|h| h.client == "a");
+    assert_eq!((excused.violations(), excused.excused), (0, 1), "{excused}");
 }

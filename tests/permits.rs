@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
 use lock_testing::{FaultProxy, RedisServer};
 use support::holder::{Holder, num_field};
-use support::{Env, assert_mentions, eventually, ms, query, raw_connection, timed};
+use support::{
+    Env, assert_every_key_expires, assert_mentions, eventually, ms, query, raw_connection, timed,
+};
 use tokio::time::Instant;
 
 /// How many bodies run at once, and the most seen.
@@ -87,6 +89,7 @@ async fn at_most_n_hold_at_once_and_each_holder_has_its_own_fence() {
         task.await.unwrap();
     }
     assert_eq!(control.most.load(Ordering::SeqCst), 8, "the control");
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A release frees its permit for a waiter at once (its message wakes the waiter), not when the
@@ -117,6 +120,7 @@ async fn a_release_hands_its_permit_to_a_waiter_at_once() {
     assert!(third.fence() > second.fence());
     third.release().await.unwrap();
     second.release().await.unwrap();
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A holder process killed with SIGKILL gives its permit back when its lease runs out (no
@@ -165,6 +169,7 @@ async fn a_crashed_holders_permit_comes_back_within_its_lease() {
     assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
     lease.release().await.unwrap();
     b.kill();
+    assert_every_key_expires(&server).await;
 }
 
 /// Everyone using one name must agree on N: another N is a `Config` error naming both numbers,
@@ -189,6 +194,7 @@ async fn another_number_of_permits_is_a_config_error_naming_both() {
             .unwrap_err();
         assert_mentions(&err, &[&format!("permits = {bad}")]);
     }
+    assert_every_key_expires(&env.server).await;
 }
 
 /// On Redlock's independent servers each could grant a different permit: refused.
@@ -204,6 +210,9 @@ async fn permits_on_redlock_are_a_config_error() {
     let err = locker.acquire("api", &o).await.unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     assert_mentions(&err, &["permits = 2", "Redlock"]);
+    for server in &servers {
+        assert_every_key_expires(server).await;
+    }
 }
 
 /// A nested locked call on the name runs under the permit its task holds, as for a lock: it
@@ -225,6 +234,7 @@ async fn a_nested_call_runs_under_the_held_permit() {
         .await
         .unwrap();
     assert_eq!(outer, inner);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// An attempt dropped while its request is on its way frees the permit it took, about one round
@@ -257,6 +267,7 @@ async fn an_attempt_dropped_in_flight_frees_its_permit() {
         || async { taken(&raw).await == 0 },
     )
     .await;
+    assert_every_key_expires(&server).await;
 }
 
 #[distributed_lock(name = "partner:{region}", ttl = "5s", permits = 2, wait = "5s", locker = locker)]
@@ -280,6 +291,7 @@ async fn the_attribute_takes_a_permit() {
         call.await.unwrap().expect("a permit within the wait");
     }
     assert_eq!(inside.most.load(Ordering::SeqCst), 2);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// Waiters for permits are served in arrival order: each release hands its permit to the first
@@ -336,6 +348,7 @@ async fn permit_waiters_are_served_in_arrival_order() {
     assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
     second.release().await.unwrap();
     third.release().await.unwrap();
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A permit that comes free without a release (its holder crashed, and its key expired) goes to
@@ -372,6 +385,7 @@ async fn a_permit_freed_by_expiry_goes_to_the_first_in_line() {
         cut_in, 0,
         "a caller that came later took the freed permit first"
     );
+    assert_every_key_expires(&env.server).await;
 }
 
 /// One name, several modes: a caller whose mode (or N) is not the holders' gets a `Config`

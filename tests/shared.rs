@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use lock_runtime::{LockError, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
 use support::holder::{Holder, num_field};
-use support::{Env, eventually, ms, query, raw_connection};
+use support::{Env, assert_every_key_expires, eventually, ms, query, raw_connection};
 use tokio::time::Instant;
 
 /// Who is inside the name's sections now, and what was seen.
@@ -101,6 +101,7 @@ async fn shared_holds_run_together_and_an_exclusive_one_runs_alone() {
     );
     let control = mixed_load(&env.locker, "catalog", false).await;
     assert!(control.overlaps.load(Ordering::SeqCst) > 0, "the control");
+    assert_every_key_expires(&env.server).await;
 }
 
 /// The number of waiters queued on `name`.
@@ -160,6 +161,7 @@ async fn an_exclusive_waiter_goes_before_shared_callers_that_came_after_it() {
     );
     let handed = writer_got - released;
     assert!(handed < ms(1_000), "handed to the writer after {handed:?}");
+    assert_every_key_expires(&env.server).await;
 }
 
 /// An exclusive holder's release with shared callers queued lets them all in together, at once.
@@ -202,6 +204,7 @@ async fn an_exclusive_release_lets_every_queued_shared_caller_in_together() {
         );
     }
     assert_eq!(room.most_readers.load(Ordering::SeqCst), 3);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A shared holder process killed with SIGKILL frees the lock within its lease: an exclusive
@@ -235,6 +238,7 @@ async fn a_crashed_shared_holder_frees_the_lock_within_its_lease() {
     let waited = killed.elapsed();
     assert!(waited <= ms(500), "free {waited:?} after the crash");
     assert!(lease.fence() > fence);
+    assert_every_key_expires(&server).await;
 }
 
 /// Shared holders with leases of different lengths: the shorter one's renewals never shorten
@@ -267,6 +271,7 @@ async fn a_shorter_lease_never_shortens_the_key_under_a_longer_one() {
         !env.exists("lock:{mixed}").await,
         "not freed by the last one"
     );
+    assert_every_key_expires(&env.server).await;
 }
 
 /// `shared` with `permits`, and `shared` on Redlock, are `Config` errors that say why.
@@ -287,6 +292,9 @@ async fn shared_with_permits_and_shared_on_redlock_are_config_errors() {
     let err = locker.acquire("catalog", &o).await.unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     support::assert_mentions(&err, &["catalog", "shared", "Redlock"]);
+    for server in &servers {
+        assert_every_key_expires(server).await;
+    }
 }
 
 /// Nested calls: a shared one inside an exclusive hold runs under it; an exclusive one inside a
@@ -315,6 +323,7 @@ async fn nested_calls_under_a_shared_or_an_exclusive_hold() {
         .unwrap_err();
     assert!(matches!(err, LockError::Config { .. }), "{err}");
     support::assert_mentions(&err, &["nested", "shared", "exclusive"]);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A shared attempt dropped while its request is on its way leaves the holders about one round
@@ -336,6 +345,7 @@ async fn a_shared_attempt_dropped_in_flight_leaves_the_holders() {
         !support::exists(&raw, "lock:{dropped}").await
     })
     .await;
+    assert_every_key_expires(&server).await;
 }
 
 #[lock_runtime::distributed_lock(name = "catalog:{shop}", ttl = "5s", shared, wait = "5s", locker = locker)]
@@ -367,6 +377,7 @@ async fn the_attribute_takes_shared_and_exclusive_holds() {
     }
     assert_eq!(room.overlaps.load(Ordering::SeqCst), 0);
     assert!(room.most_readers.load(Ordering::SeqCst) >= 2);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// `inspect` shows every shared holder with its fence, and the lock as shared; the metrics label
@@ -394,6 +405,7 @@ async fn inspect_shows_every_shared_holder() {
     a.release().await.unwrap();
     b.release().await.unwrap();
     assert!(env.locker.inspect("seen").await.unwrap().is_none());
+    assert_every_key_expires(&env.server).await;
 }
 
 /// `min_hold` as for a lock: the last shared holder's early release keeps the key for the rest
@@ -430,6 +442,7 @@ async fn min_hold_keeps_a_shared_hold_and_a_permit() {
         "the kept permit: {busy}"
     );
     other.release().await.unwrap();
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A shared holder process (lease 1 s) killed with SIGKILL while another shared holder (lease

@@ -12,8 +12,8 @@ use support::queue::{
     first_waiter, queue_len, queue_stalled_waiter, queue_taker, queue_waiter, queued,
 };
 use support::{
-    Env, acquire_timed, assert_handed_over_within, cycle, eventually, ms, opts, query, set_for,
-    spawn_acquire, take_timed, timed, within,
+    Env, acquire_timed, assert_every_key_expires, assert_handed_over_within, cycle, eventually, ms,
+    opts, query, set_for, spawn_acquire, take_timed, timed, within,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,6 +30,7 @@ async fn waiter_is_woken_by_the_release_not_by_polling() {
     })
     .await;
     assert_handed_over_within(holder, waiter, ms(50), "hand-off latency").await;
+    assert_every_key_expires(&env.server).await;
 }
 
 #[tokio::test]
@@ -45,6 +46,7 @@ async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     let err = env.locker.acquire("busy", &opts(10_000)).await.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }));
     assert_eq!(env.calls("set").await, 1, "wait = 0 tries exactly once");
+    assert_every_key_expires(&env.server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,6 +78,7 @@ async fn waiters_get_the_lock_in_arrival_order() {
         "not served in arrival order"
     );
     assert_eq!(queue_len(&env, "fifo").await, 0);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// A locker whose callers wait on the same lock again and again subscribes once: its two
@@ -125,6 +128,7 @@ async fn a_locker_that_waits_again_and_again_subscribes_once() {
     })
     .await;
     assert_eq!(env.calls("unsubscribe").await, 2);
+    assert_every_key_expires(&env.server).await;
 }
 
 /// Many distinct names: a locker that waits on 2,000 locks at once subscribes once to each
@@ -197,6 +201,7 @@ async fn a_locker_that_waited_on_many_names_leaves_no_subscription_or_task_behin
         || async { metrics.num_alive_tasks() <= base_tasks },
     )
     .await;
+    assert_every_key_expires(&env.server).await;
 }
 
 /// The waiter queue's two keys expire by themselves once every waiter is gone (a backstop for
@@ -261,6 +266,7 @@ async fn the_waiter_queues_keys_expire_and_a_waiter_never_shortens_their_expiry(
         holder.release().await.unwrap();
         within(ms(5_000), waiter, "handed over").await;
     }
+    assert_every_key_expires(&env.server).await;
 }
 
 #[tokio::test]
@@ -284,6 +290,7 @@ async fn a_waiter_that_vanished_loses_its_place_after_the_grace() {
     );
     lease.release().await.unwrap();
     assert_eq!(queue_len(&env, "phantom").await, 0);
+    assert_every_key_expires(&env.server).await;
 }
 
 #[tokio::test]
@@ -318,4 +325,5 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     assert!(env.get(&key).await.unwrap().ends_with(";w=1"));
     holder.release().await.unwrap();
     assert!(!env.exists(&key).await);
+    assert_every_key_expires(&env.server).await;
 }

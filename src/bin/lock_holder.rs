@@ -1,5 +1,6 @@
-//! A lock holder in a process of its own, for the fault tests (`tests/faults.rs`): pausing or
-//! killing it is a real process pause or crash, renewal watchdog included.
+//! A lock holder in a process of its own, for the fault tests (`tests/faults.rs`, the crashed
+//! holders of `tests/permits.rs`, `tests/shared.rs` and the soaks): pausing or killing it is a
+//! real process pause or crash, renewal watchdog included.
 //!
 //! ```text
 //! lock_holder MODE key=value...
@@ -11,6 +12,7 @@
 //!   lease=MS      the manual API's lease               (default: the ttl)
 //!   permits=N     the manual API's permits             (default 1)
 //!   shared=1      the manual API takes a shared hold     (default: exclusive)
+//!   wait=MS       the manual API's wait for a busy lock  (default 0: try once)
 //!   tasks=N       concurrent tasks                     (mode attr, default 4)
 //!   sections=N    locked sections per task             (mode attr, default 200)
 //!   hold=MS       body's pause before writing          (mode stale-async, default 150)
@@ -175,12 +177,13 @@ async fn attr(args: &Args, locker: Locker) -> ExitCode {
     }
 }
 
-/// The options of the modes that lock by hand: `ttl`, `permits`, `shared`, and `lease` when
-/// given.
+/// The options of the modes that lock by hand: `ttl`, `permits`, `shared`, `wait`, and `lease`
+/// when given.
 fn manual_options(args: &Args) -> LockOptions {
     let opts = LockOptions::new(Duration::from_millis(args.num("ttl", 300)))
         .with_permits(args.num("permits", 1) as u32)
-        .with_shared(args.num("shared", 0) == 1);
+        .with_shared(args.num("shared", 0) == 1)
+        .with_wait(Duration::from_millis(args.num("wait", 0)));
     match args.get("lease") {
         Some(_) => opts.with_lease(Duration::from_millis(args.num("lease", 0))),
         None => opts,

@@ -127,6 +127,9 @@ pub enum Forcing {
     /// The lock's key of a read-write lock, deleted if held: by one exclusive holder, or by all
     /// the shared holders at once.
     ReadWrite,
+    /// A name held in every mode: as `ReadWrite`, or as `Permit` with permit keys up to N, at
+    /// random.
+    Mixed(u32),
 }
 
 /// The Redis crash and restart from the older snapshot.
@@ -251,6 +254,14 @@ async fn force(
                 .collect()
         }
         Forcing::ReadWrite => delete_holders(&rig.server.url(), &locker.key_of(name)).await,
+        Forcing::Mixed(n) if rng.below(2) == 0 => {
+            let key = format!("{}:permit:{}", locker.key_of(name), rng.below(u64::from(n)));
+            delete_held(&rig.server.url(), &key)
+                .await
+                .into_iter()
+                .collect()
+        }
+        Forcing::Mixed(_) => delete_holders(&rig.server.url(), &locker.key_of(name)).await,
     };
     done.faults
         .push(format!("force-release: {}", !tokens.is_empty()));

@@ -3,7 +3,8 @@
 //! checker counts who is inside at once against what the name admits.
 //!
 //! A soak of another such name is a `Kind` (its options and mode) and a call of [`slots_soak`]
-//! with its workers' kinds: the read-write lock's is one with shared and exclusive workers.
+//! with its workers' kinds: the read-write lock's is one with shared and exclusive workers, the
+//! mixed-mode soak's one with workers of every mode on one name.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -12,10 +13,10 @@ use lock_runtime::{Lease, LockOptions, Locker};
 use tokio::time::{Instant, timeout};
 
 use super::rig::{Baseline, Forcing, Injected, Rig, inject};
-use super::{Records, token_of};
+use super::{Records, refused, token_of};
 use crate::support::fenced::FencedStore;
 use crate::support::history::{Hold, HoldMode, Mode, Report};
-use crate::support::{Rng, ms};
+use crate::support::{Rng, keys_without_expiry, ms};
 
 /// What a worker holds the name as.
 #[derive(Clone, Copy, Debug)]
@@ -40,7 +41,7 @@ impl Kind {
 
     fn mode(self) -> HoldMode {
         match self {
-            Kind::Permit(_) => HoldMode::Permit,
+            Kind::Permit(n) => HoldMode::Permit(n),
             Kind::Shared => HoldMode::Shared,
             Kind::Exclusive => HoldMode::Exclusive,
         }
@@ -69,7 +70,8 @@ impl Worker {
     }
 
     /// A locked call whose section pauses `pause`, given up after `give_up` when there is one.
-    async fn run(&self, o: &LockOptions, pause: Duration, give_up: Option<Duration>) {
+    /// Returns whether it was refused with `Config` (so do the other operations).
+    async fn run(&self, o: &LockOptions, pause: Duration, give_up: Option<Duration>) -> bool {
         let (client, began) = (format!("t{}.run", self.id), Instant::now());
         let mut token = None;
         let call = self.locker.run(self.name, o, async |lease| {
@@ -79,21 +81,21 @@ impl Worker {
         });
         match timeout(give_up.unwrap_or(Duration::MAX), call).await {
             Ok(res) => {
-                self.records.counts.record(&res);
                 self.records.losses.record(token, &res);
+                self.records.counts.record(&res);
+                refused(&res)
             }
             Err(_) => {
-                self.records
-                    .counts
-                    .cancelled
-                    .fetch_add(1, Ordering::Relaxed);
+                let cancelled = &self.records.counts.cancelled;
+                cancelled.fetch_add(1, Ordering::Relaxed);
+                false
             }
         }
     }
 
     /// By hand: acquire, section, release. Nothing cancels the section: if the lease is lost
     /// meanwhile, the release says so.
-    async fn manual(&self, o: &LockOptions, pause: Duration) {
+    async fn manual(&self, o: &LockOptions, pause: Duration) -> bool {
         let (client, began) = (format!("t{}.manual", self.id), Instant::now());
         match self.locker.acquire(self.name, o).await {
             Ok(lease) => {
@@ -103,14 +105,19 @@ impl Worker {
                 let released = lease.release().await;
                 self.records.counts.record(&released);
                 self.records.losses.record(Some(token), &released);
+                false
             }
-            Err(e) => self.records.counts.record::<()>(&Err(e)),
+            Err(e) => {
+                let res = Err::<(), _>(e);
+                self.records.counts.record(&res);
+                refused(&res)
+            }
         }
     }
 
     /// Takes a lease and lets it go without a section: dropped, or its release given up after
     /// `give_up`.
-    async fn take_and_let_go(&self, o: &LockOptions, give_up: Option<Duration>) {
+    async fn take_and_let_go(&self, o: &LockOptions, give_up: Option<Duration>) -> bool {
         let began = Instant::now();
         let counts = &self.records.counts;
         match self.locker.acquire(self.name, o).await {
@@ -126,8 +133,13 @@ impl Worker {
                         Err(_) => _ = counts.cancelled.fetch_add(1, Ordering::Relaxed),
                     },
                 }
+                false
             }
-            Err(e) => counts.record::<()>(&Err(e)),
+            Err(e) => {
+                let res = Err::<(), _>(e);
+                counts.record(&res);
+                refused(&res)
+            }
         }
     }
 
@@ -143,7 +155,7 @@ impl Worker {
             } else {
                 rng.ms(0, 5)
             };
-            match rng.below(8) {
+            let refused = match rng.below(8) {
                 0..=2 => self.run(&o, pause, None).await,
                 3 => self.manual(&o, pause).await,
                 // The caller gives up mid-section, or during the acquire or the wait.
@@ -156,8 +168,13 @@ impl Worker {
                 }
                 _ => {
                     let give_up = (rng.below(2) == 0).then(|| rng.ms(0, 3));
-                    self.take_and_let_go(&o, give_up).await;
+                    self.take_and_let_go(&o, give_up).await
                 }
+            };
+            // A caller refused for its mode comes back later, as a job run again would: not in
+            // a loop that takes the cores from the others.
+            if refused {
+                tokio::time::sleep(rng.ms(10, 50)).await;
             }
         }
     }
@@ -165,21 +182,22 @@ impl Worker {
 
 /// What a soak of several holders leaves to check.
 pub struct SlotsSoak {
-    /// The history, checked against `permits`, with the holds a fault entitled to be there
-    /// excused (see `entitled`).
+    /// The history, checked against what the workers' modes admit together, with the holds a
+    /// fault entitled to be there excused (see `entitled`).
     pub report: Report,
     pub records: Records,
     pub injected: Injected,
+    /// The lock server's keys without an expiry once the workers were done (`key (type)`).
+    pub forever: Vec<String>,
 }
 
-/// `kinds.len()` workers (one task each, on four lockers in turn) hold `name`, which admits
-/// `permits` permit holds, under random faults (`super::rig::inject`, held keys taken as
-/// `forcing` says) for the rig's length; then no task or connection is left over.
+/// `kinds.len()` workers (one task each, on four lockers in turn) hold `name` under random
+/// faults (`super::rig::inject`, held keys taken as `forcing` says) for the rig's length; then
+/// no task or connection is left over.
 pub async fn slots_soak(
     name: &'static str,
     kinds: &[Kind],
     forcing: Forcing,
-    permits: u32,
     default_secs: u64,
 ) -> SlotsSoak {
     let rig = Rig::start(name, Mode::Unfenced, default_secs).await;
@@ -210,15 +228,17 @@ pub async fn slots_soak(
         injected
     };
     baseline.assert_back(&rig).await;
+    let forever = keys_without_expiry(&rig.server.url()).await;
     println!("{} faults: {:?}", injected.faults.len(), injected.faults);
     println!("{}", records.counts);
-    let mut report = rig.store.check_permits(permits).await.unwrap();
+    let mut report = rig.store.check().await.unwrap();
     let entitled = entitled(&records, &injected);
     report.excuse(|h| entitled(h));
     SlotsSoak {
         report,
         records,
         injected,
+        forever,
     }
 }
 
@@ -255,10 +275,10 @@ fn entitled(records: &Records, injected: &Injected) -> impl Fn(&Hold) -> bool + 
 }
 
 /// What every soak of several holders asserts: nobody inside past what the name admits (apart
-/// from the holds a fault entitled), the name filled at least once (so the checker, told one
-/// less, would have seen a crowd), every holder whose key was taken told so, fences in
-/// real-time order, and the faults happened.
-pub fn assert_sound(soak: &SlotsSoak, permits: u32) {
+/// from the holds a fault entitled), `fill` holders inside at once at some moment (so a checker
+/// that admitted fewer would have seen a crowd), every holder whose key was taken told so,
+/// fences in real-time order, the faults happened, and every key the engine left expires.
+pub fn assert_sound(soak: &SlotsSoak, fill: usize) {
     let (report, records) = (&soak.report, &soak.records);
     println!("{report}");
     assert_eq!(
@@ -267,8 +287,8 @@ pub fn assert_sound(soak: &SlotsSoak, permits: u32) {
         "more inside than admitted: {report}"
     );
     assert!(
-        report.most_inside >= permits as usize,
-        "never {permits} inside at once: the run did not fill the name: {report}"
+        report.most_inside >= fill,
+        "never {fill} inside at once: the run did not fill the name: {report}"
     );
     let unreported = records.losses.unreported(&soak.injected.forced);
     println!(
@@ -289,5 +309,10 @@ pub fn assert_sound(soak: &SlotsSoak, permits: u32) {
     assert!(
         counts.sections.load(Ordering::Relaxed) > 0,
         "no section ran: {counts}"
+    );
+    assert!(
+        soak.forever.is_empty(),
+        "keys without an expiry after the soak: {}",
+        soak.forever.join(", ")
     );
 }

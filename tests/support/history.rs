@@ -83,17 +83,13 @@ impl FencedStore {
         Ok(check(&self.history().await?))
     }
 
-    /// The history of a name with `permits` permits, checked.
-    pub async fn check_permits(&self, permits: u32) -> RedisResult<Report> {
-        Ok(check_permits(&self.history().await?, permits))
-    }
-
-    /// A read of a holder that may be inside with others (`mode` shared or permit): recorded
-    /// with its mode, so that the checker counts it as such. Returns the value read.
+    /// A read of a holder that may be inside with others (`mode` shared or permit), or of an
+    /// exclusive one that leaves without writing: recorded with its mode, so that the checker
+    /// counts it as such. Returns the value read.
     pub async fn enter_as(&self, client: &str, fence: u64, mode: HoldMode) -> RedisResult<u64> {
         let script = Script::new(ENTER);
         let (_seq, basis): (u64, u64) = call(&script, &self.state, &self.history, client, fence)
-            .arg(mode.as_str())
+            .arg(mode.to_string())
             .invoke_async(&mut self.conn.clone())
             .await?;
         Ok(basis)
@@ -119,28 +115,40 @@ return seq
 /// How a hold held its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HoldMode {
-    /// Alone (a lock): its write is fenced; two at once are an overlap.
+    /// Alone (a lock, or the exclusive side of a read-write lock): its write is fenced; two at
+    /// once are an overlap; with a hold of another mode, a crowd.
     #[default]
     Exclusive,
-    /// The shared side of a read-write lock: with other shared holds, never with an exclusive one.
+    /// The shared side of a read-write lock: with other shared holds, never with an exclusive one
+    /// or a permit.
     Shared,
-    /// One of a name's N permits: with at most N - 1 other permit holds.
-    Permit,
+    /// One of a name's N permits (N given): with at most N - 1 other permit holds of the same N,
+    /// and nothing else.
+    Permit(u32),
+}
+
+impl fmt::Display for HoldMode {
+    /// As the history writes it: `exclusive`, `shared`, `permit:N`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HoldMode::Exclusive => f.write_str("exclusive"),
+            HoldMode::Shared => f.write_str("shared"),
+            HoldMode::Permit(n) => write!(f, "permit:{n}"),
+        }
+    }
 }
 
 impl HoldMode {
-    fn as_str(self) -> &'static str {
-        match self {
-            HoldMode::Exclusive => "exclusive",
-            HoldMode::Shared => "shared",
-            HoldMode::Permit => "permit",
-        }
-    }
-
     fn parse(s: &str) -> Option<Self> {
-        [HoldMode::Exclusive, HoldMode::Shared, HoldMode::Permit]
-            .into_iter()
-            .find(|m| m.as_str() == s)
+        match s {
+            "exclusive" => Some(HoldMode::Exclusive),
+            "shared" => Some(HoldMode::Shared),
+            _ => s
+                .strip_prefix("permit:")?
+                .parse()
+                .ok()
+                .map(HoldMode::Permit),
+        }
     }
 }
 
@@ -242,7 +250,7 @@ impl Hold {
 }
 
 /// A moment the name held more than it admits: a hold entered while the holds in `inside` (it
-/// included) were there.
+/// included) were there, and they could not all be inside at once (see `crowded`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Crowd {
     /// Sequence number of the enter.
@@ -274,12 +282,10 @@ pub struct Report {
     pub final_value: u64,
     /// Whether the fences of the holds, in the order they entered, strictly increase.
     pub fences_increasing: bool,
-    /// What the name admits at once: this many permit holds (one for a lock).
-    pub permits: u32,
-    /// Each enter that took the name past what it admits: more than `permits` permit holds
-    /// inside, or an exclusive hold inside together with a shared one. (Two exclusive holds at
-    /// once are the `overlaps`: their fenced writes decide.) Holds without an end are not
-    /// counted: where they ended is not known.
+    /// Each enter that took the name past what it admits (see `crowded`): holds of modes that
+    /// exclude each other inside at once, or more permit holds than their N. (Two exclusive holds
+    /// at once that both wrote are the `overlaps`: their fenced writes decide.) Holds without an
+    /// end are not counted: where they ended is not known.
     pub crowds: Vec<Crowd>,
     /// Crowds left out by `excuse`.
     pub excused: usize,
@@ -302,7 +308,7 @@ impl Report {
     /// holder learns of its loss only at its next renewal).
     pub fn excuse(&mut self, excused: impl Fn(&Hold) -> bool) {
         let before = self.crowds.len();
-        self.crowds = crowds(&self.holds, self.permits, |h| !excused(h)).0;
+        self.crowds = crowds(&self.holds, |h| !excused(h)).0;
         self.excused += before - self.crowds.len();
     }
 }
@@ -328,12 +334,11 @@ impl fmt::Display for Report {
                 "NOT strictly increasing"
             },
         )?;
-        if self.permits > 1 || self.holds.iter().any(|h| h.mode != HoldMode::Exclusive) {
+        if self.most_inside > 1 || !self.crowds.is_empty() || self.excused > 0 {
             write!(
                 f,
-                "; at most {} inside at once ({} permits): {} crowded moments ({} excused)",
+                "; at most {} inside at once: {} crowded moments ({} excused)",
                 self.most_inside,
-                self.permits,
                 self.crowds.len(),
                 self.excused
             )?;
@@ -353,17 +358,12 @@ impl fmt::Display for Report {
     }
 }
 
-/// Checks a history of a lock (events in any order; they are sorted by sequence number).
+/// Checks a history of one name, whatever modes its holds had (events in any order; they are
+/// sorted by sequence number).
 pub fn check(events: &[Event]) -> Report {
-    check_permits(events, 1)
-}
-
-/// Checks a history of a name that admits `permits` permit holds at once.
-pub fn check_permits(events: &[Event], permits: u32) -> Report {
     let mut events = events.to_vec();
     events.sort_by_key(Event::seq);
     let mut report = replay(&events);
-    report.permits = permits;
     report.incomplete = report.holds.iter().filter(|h| h.end.is_none()).count();
     report.fences_increasing = report.holds.windows(2).all(|w| w[0].fence < w[1].fence);
     report.overlaps = overlaps(&report.holds);
@@ -374,7 +374,7 @@ pub fn check_permits(events: &[Event], permits: u32) -> Report {
             report.holds[a].accepted == Some(true) && report.holds[b].accepted == Some(true)
         })
         .count();
-    (report.crowds, report.most_inside) = crowds(&report.holds, permits, |_| true);
+    (report.crowds, report.most_inside) = crowds(&report.holds, |_| true);
     report
 }
 
@@ -470,7 +470,7 @@ fn overlaps(holds: &[Hold]) -> Vec<(usize, usize)> {
 
 /// The crowds among the ended holds that `counted` keeps (see `Report::crowds`), and the most
 /// of them inside at once.
-fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec<Crowd>, usize) {
+fn crowds(holds: &[Hold], counted: impl Fn(&Hold) -> bool) -> (Vec<Crowd>, usize) {
     // (seq, 0 for an enter or 1 for an end, hold): a hold that starts and ends at one sequence
     // number (a write without an enter) is entered before it ends.
     let mut points: Vec<(u64, u8, usize)> = Vec::new();
@@ -488,16 +488,7 @@ fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec
         }
         inside.push(i);
         most = most.max(inside.len());
-        let of = |mode| inside.iter().filter(|&&j| holds[j].mode == mode).count();
-        let too_many = of(HoldMode::Permit) > permits as usize;
-        let exclusive = of(HoldMode::Exclusive);
-        // Two exclusive holds that both wrote are judged by their writes (`overlaps`); one that
-        // left without writing (a read-write lock's writer) has only this check.
-        let unwritten = inside
-            .iter()
-            .any(|&j| holds[j].mode == HoldMode::Exclusive && holds[j].accepted.is_none());
-        let doubled = exclusive > 1 && unwritten;
-        if too_many || doubled || (exclusive > 0 && of(HoldMode::Shared) > 0) {
+        if crowded(holds, &inside) {
             out.push(Crowd {
                 seq,
                 inside: inside.clone(),
@@ -505,4 +496,29 @@ fn crowds(holds: &[Hold], permits: u32, counted: impl Fn(&Hold) -> bool) -> (Vec
         }
     }
     (out, most)
+}
+
+/// Whether the holds `inside` could not all hold their name at once: an exclusive hold with a
+/// hold of any other mode, a shared hold with a permit, permits of two different N, more than N
+/// permits of N, or two exclusive holds of which one left without writing (a read-write lock's
+/// writer; two that both wrote are judged by their writes, `overlaps`).
+fn crowded(holds: &[Hold], inside: &[usize]) -> bool {
+    let modes = || inside.iter().map(|&j| holds[j].mode);
+    let of = |mode| modes().filter(|&m| m == mode).count();
+    let (exclusive, shared) = (of(HoldMode::Exclusive), of(HoldMode::Shared));
+    let permits: Vec<u32> = modes()
+        .filter_map(|m| match m {
+            HoldMode::Permit(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let unwritten = inside
+        .iter()
+        .any(|&j| holds[j].mode == HoldMode::Exclusive && holds[j].accepted.is_none());
+    let doubled = exclusive > 1 && unwritten;
+    let exclusive_with_others = exclusive > 0 && (shared > 0 || !permits.is_empty());
+    let shared_with_permits = shared > 0 && !permits.is_empty();
+    let numbers_differ = permits.windows(2).any(|w| w[0] != w[1]);
+    let too_many = permits.first().is_some_and(|&n| permits.len() > n as usize);
+    doubled || exclusive_with_others || shared_with_permits || numbers_differ || too_many
 }

@@ -131,6 +131,50 @@ pub async fn raw_connection_to(port: u16) -> MultiplexedConnection {
     raw_connection(&format!("redis://127.0.0.1:{port}")).await
 }
 
+/// Fails when a key of `server` has no expiry (`PTTL` -1), naming each such key and its type.
+/// Every key the engine writes expires by itself (a lock's key, its permits, its shared holders,
+/// its queue, its fence counter and agreed count after `fence_retention`), so that names used
+/// once leave nothing behind for good. Only `fence_retention(None)` keeps counters forever: a
+/// test of that does not call this. Call it once the test's lockers are done.
+pub async fn assert_every_key_expires(server: &RedisServer) {
+    let forever = keys_without_expiry(&server.url()).await;
+    assert!(
+        forever.is_empty(),
+        "keys without an expiry on {}: {}",
+        server.url(),
+        forever.join(", ")
+    );
+}
+
+/// The keys of the server at `url` that have no expiry, each as `key (type)`, sorted (SCAN: no
+/// `KEYS`, which would block a server of many keys).
+pub async fn keys_without_expiry(url: &str) -> Vec<String> {
+    let raw = raw_connection(url).await;
+    let mut forever = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let scan = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("COUNT")
+            .arg(1_000)
+            .clone();
+        let (next, keys): (u64, Vec<String>) = query(&raw, &scan).await;
+        for key in keys {
+            let pttl: i64 = query(&raw, redis::cmd("PTTL").arg(&key)).await;
+            if pttl == -1 {
+                let kind: String = query(&raw, redis::cmd("TYPE").arg(&key)).await;
+                forever.push(format!("{key} ({kind})"));
+            }
+        }
+        cursor = next;
+        if cursor == 0 {
+            break;
+        }
+    }
+    forever.sort();
+    forever
+}
+
 /// Sends `cmd` over `raw` and returns the reply; panics on an error reply.
 pub async fn query<T: redis::FromRedisValue>(raw: &MultiplexedConnection, cmd: &redis::Cmd) -> T {
     cmd.query_async(&mut raw.clone())
