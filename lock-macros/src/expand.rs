@@ -12,6 +12,7 @@ use crate::config::{self, Config};
 use crate::errors::Errors;
 use crate::item::{self, LockedFn};
 use crate::parse;
+use crate::recursion;
 
 /// The attribute's whole job: the expanded function, or the function unchanged plus the errors.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -28,12 +29,16 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 
 /// The function as written, for when the attribute reports an error. Its parameters may be
 /// unused without the key that was to use them: rustc's warnings about them would only add
-/// noise to the error, so they are allowed.
+/// noise to the error, so they are allowed. A call of itself is boxed, as the error about it
+/// says to, so that rustc does not report it again.
 fn unchanged(item: TokenStream) -> TokenStream {
     match syn::parse2::<ItemFn>(item.clone()) {
         Ok(mut func) => {
             func.attrs
                 .push(syn::parse_quote!(#[allow(unused_variables)]));
+            if func.sig.asyncness.is_some() {
+                recursion::box_calls(&mut func);
+            }
             quote!(#func)
         }
         Err(_) => item,
@@ -47,6 +52,10 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     // The parameters are known even when the body is not usable, so the options still get checked.
     let declared_params = item::bindings(&func.sig);
     let locked = errors.push_result(item::analyze(func));
+    // An async-trait method returns a boxed future already: it may call itself.
+    if let Some(locked) = locked.as_ref().filter(|l| l.func.sig.asyncness.is_some()) {
+        errors.push_result(recursion::check(&locked.func));
+    }
     let params = locked.as_ref().map_or(&declared_params, |l| &l.params);
     let config = raw.and_then(|raw| config::build(raw, params, &mut errors));
     errors.finish()?;
