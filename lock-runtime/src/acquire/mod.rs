@@ -93,6 +93,7 @@ impl Wait<'_> {
         LockError::Busy {
             name: self.lock_name().to_owned(),
             waited: self.begun.elapsed(),
+            wait: self.opts.wait(),
         }
     }
 }
@@ -336,7 +337,7 @@ impl Acquirer {
         use crate::plumbing::telemetry;
         match &result {
             Ok(lease) => telemetry::acquired(lease.state.label(), lease.fence(), wait.begun),
-            Err(LockError::Busy { name, waited }) => {
+            Err(LockError::Busy { name, waited, .. }) => {
                 let template = wait.opts.template();
                 let mode = wait.opts.mode();
                 telemetry::busy(

@@ -23,6 +23,7 @@ use crate::transport::sentinel::SentinelLink;
 use acquire::value_text;
 use pubsub::{Notifications, Source, Subscription, Wake};
 use scripts::evalsha;
+use url::bad_url;
 
 mod acquire;
 mod permits;
@@ -32,6 +33,7 @@ mod renew;
 pub(crate) mod scripts;
 mod setup;
 mod shared;
+mod url;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::{PermitReply, parse_count};
@@ -282,7 +284,7 @@ impl Node {
         LockError::Redis {
             name: name.to_owned(),
             addr,
-            source,
+            error: source,
         }
     }
 
@@ -561,35 +563,4 @@ fn check_urls(urls: &[String]) -> Result<(), LockError> {
             .map_err(|e| bad_url(url, &e))?;
     }
     Ok(())
-}
-
-/// A URL that cannot be parsed, said with what is expected.
-fn bad_url(url: &str, e: &redis::RedisError) -> LockError {
-    let hint = url_hint(url, cfg!(feature = "tls"));
-    LockError::config(
-        "",
-        format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
-    )
-}
-
-/// What to do about a URL that does not parse, in a build with or without TLS support.
-fn url_hint(url: &str, tls: bool) -> &'static str {
-    if url.starts_with("rediss://") && !tls {
-        "; this build has no TLS support: enable the `tls` feature of lock-runtime \
-         (`lock-runtime = { version = \"..\", features = [\"tls\"] }`), or reach the server over \
-         redis:// (e.g. through a TLS tunnel)"
-    } else {
-        "; expected redis://[user:password@]host:port[/db]"
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_tls_url_without_tls_names_the_feature() {
-        let hint = super::url_hint("rediss://cache:6380", false);
-        assert!(hint.contains("enable the `tls` feature"), "{hint}");
-        assert!(!super::url_hint("rediss://cache:6380", true).contains("tls"));
-        assert!(super::url_hint("redis:/oops", false).contains("expected redis://"));
-    }
 }
