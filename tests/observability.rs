@@ -171,3 +171,47 @@ async fn spans_and_events_tell_what_each_call_did() {
     nightly(&failing).await;
     recorded.assert_warned("locked call failed", "nightly");
 }
+
+/// The loss's WARN says what the loss did: a locked call's body is cancelled; a lease taken by
+/// hand cancels nothing, and its holder is told where to look.
+#[tokio::test(flavor = "current_thread")]
+async fn a_loss_is_logged_with_what_it_cancelled() {
+    let env = Env::start().await;
+    let recorded = Recorded::default();
+    let _guard = tracing::dispatcher::set_default(&tracing::Dispatch::new(recorded.clone()));
+
+    let lease = env.locker.acquire("by-hand", &opts(300)).await.unwrap();
+    env.del(&env.key("by-hand")).await;
+    tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
+
+    let key = env.key("in-body");
+    let err = env
+        .locker
+        .run("in-body", &opts(300), async |lease| {
+            env.del(&key).await;
+            lease.lost().await;
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err:?}");
+
+    let lost = recorded.events_with("lock lost while held");
+    let message = |lock: &str| {
+        let found: Vec<&String> = lost
+            .iter()
+            .filter(|(level, f)| *level == tracing::Level::WARN && f["lock"] == lock)
+            .map(|(_, f)| &f["message"])
+            .collect();
+        assert_eq!(found.len(), 1, "{lock}: {lost:?}");
+        found[0].clone()
+    };
+    assert_eq!(
+        message("by-hand"),
+        "lock lost while held by a lease taken by hand; nothing is cancelled: its holder learns \
+         it from `Lease::lost` or `Lease::is_held`"
+    );
+    assert_eq!(
+        message("in-body"),
+        "lock lost while held; the body is cancelled"
+    );
+}

@@ -100,14 +100,26 @@ pub(crate) fn ended(label: Label<'_>, started: tokio::time::Instant) {
     let _ = (label, started);
 }
 
-pub(crate) fn lost(label: Label<'_>, reason: LostReason) {
-    tracing::warn!(
-        lock = label.name,
-        template = label.template,
-        mode = label.mode,
-        %reason,
-        "lock lost while held; the body is cancelled"
-    );
+/// A held lease was lost: under a locked call's `body`, which is cancelled, or taken by hand.
+pub(crate) fn lost(label: Label<'_>, reason: LostReason, body: bool) {
+    if body {
+        tracing::warn!(
+            lock = label.name,
+            template = label.template,
+            mode = label.mode,
+            %reason,
+            "lock lost while held; the body is cancelled"
+        );
+    } else {
+        tracing::warn!(
+            lock = label.name,
+            template = label.template,
+            mode = label.mode,
+            %reason,
+            "lock lost while held by a lease taken by hand; nothing is cancelled: its holder \
+             learns it from `Lease::lost` or `Lease::is_held`"
+        );
+    }
     #[cfg(feature = "metrics")]
     metrics::counter!("lock_lost_total", "lock" => label.value(), "mode" => label.mode)
         .increment(1);

@@ -37,6 +37,9 @@ pub(crate) struct LeaseState {
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
+    /// Set when a locked call's body starts under the lease (`Locker::run`, the attribute): a
+    /// loss then cancels the body. Not set for a lease taken by hand (`Locker::acquire`).
+    pub runs_body: AtomicBool,
     /// Where the sections nested directly in the outermost call take turns (see `held`).
     pub sections: tokio::sync::Mutex<()>,
 }
@@ -97,6 +100,7 @@ impl LeaseState {
             mode: g.mode,
             status,
             ended: AtomicBool::new(false),
+            runs_body: AtomicBool::new(false),
             sections: tokio::sync::Mutex::new(()),
         }
     }
@@ -157,7 +161,7 @@ impl LeaseState {
             }
         });
         if lost_now {
-            crate::plumbing::telemetry::lost(self.label(), LostReason::ValidityExpired);
+            self.log_lost(LostReason::ValidityExpired);
         } else if self.status.get().lost.is_none() {
             crate::plumbing::telemetry::renewed(self.label(), sent.elapsed());
         }
@@ -175,8 +179,13 @@ impl LeaseState {
             }
         });
         if first && !self.is_ended() {
-            crate::plumbing::telemetry::lost(self.label(), reason);
+            self.log_lost(reason);
         }
+    }
+
+    fn log_lost(&self, reason: LostReason) {
+        let body = self.runs_body.load(Ordering::Acquire);
+        crate::plumbing::telemetry::lost(self.label(), reason, body);
     }
 
     pub(crate) fn valid_until(&self) -> Instant {
