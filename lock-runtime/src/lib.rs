@@ -44,7 +44,7 @@
 //! # Features
 //!
 //! - `tls`: `rediss://` URLs.
-//! - `metrics`: counters, histograms and a gauge through the `metrics` facade.
+//! - `metrics`: counters, histograms and gauges through the `metrics` facade.
 //!
 //! The test support (private `redis-server` processes, Redis Cluster, Sentinel and fault
 //! injection, to test your own locked code) is the `lock-testing` crate.

@@ -177,6 +177,7 @@ impl Locker {
         let key = self.key_of(&name);
         // One span per locked call; its fields are filled in as the call goes.
         let span = tracing::info_span!(
+            target: "lock_runtime",
             "lock",
             name = %name,
             template = opts.template(),

@@ -37,13 +37,15 @@ impl LockOutput for () {
             // Another node running this job is the normal case for a scheduled job: every
             // replica but one skips each tick.
             LockError::Busy { name, .. } => {
-                tracing::debug!(lock = %name, "skipped: lock is held elsewhere");
+                tracing::debug!(target: "lock_runtime", lock = %name, "skipped: lock is held elsewhere");
             }
             // Logged at WARN by the engine when it happened.
             LockError::Lost { .. } | LockError::MaxExecExceeded { .. } => {
-                tracing::debug!(lock = %err.lock_name(), error = %err, "locked call ended early");
+                tracing::debug!(target: "lock_runtime", lock = %err.lock_name(), error = %err, "locked call ended early");
             }
-            _ => tracing::warn!(lock = %err.lock_name(), error = %err, "locked call failed"),
+            _ => {
+                tracing::warn!(target: "lock_runtime", lock = %err.lock_name(), error = %err, "locked call failed")
+            }
         }
     }
 }

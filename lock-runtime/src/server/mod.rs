@@ -188,7 +188,7 @@ impl Node {
                 match Source::direct(info, None) {
                     Ok(source) => n.repoint(source),
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for releases on the new primary")
+                        tracing::warn!(target: "lock_runtime", error = %e, "cannot listen for releases on the new primary")
                     }
                 }
             }
