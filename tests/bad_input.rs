@@ -90,6 +90,7 @@ async fn lock_errors_convert_into_io_errors() {
     let err = io_path(LockError::Busy {
         name: "n".into(),
         waited: ms(1),
+        wait: ms(0),
     })
     .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);

@@ -1,4 +1,7 @@
-//! The process default locker comes from `LOCK_REDIS_URL` (one test per binary: it is global).
+//! The process default locker comes from `LOCK_REDIS_URL`, and says so once, at INFO (one test
+//! per binary: it is global).
+
+pub mod support;
 
 use std::time::Duration;
 
@@ -13,7 +16,22 @@ async fn default_locker_is_made_from_lock_redis_url() {
         std::env::set_var("LOCK_REDIS_URL", server.url());
         std::env::set_var("REDIS_URL", "redis://127.0.0.1:1");
     }
-    let locker = lock_runtime::default_locker().expect("a valid URL");
+    let mut made = None;
+    let logs = support::capture_logs(async {
+        made = Some(lock_runtime::default_locker().expect("a valid URL"));
+        // Asked again: the same locker, and nothing more logged.
+        lock_runtime::default_locker().expect("made already");
+    })
+    .await;
+    let locker = made.unwrap();
+    assert_eq!(
+        logs,
+        [format!(
+            "INFO lock_runtime: message=default locker made deployment=\"one server, {}\" \
+             from=\"LOCK_REDIS_URL\"",
+            server.url()
+        )]
+    );
     assert!(
         format!("{locker:?}").contains(&server.port().to_string()),
         "{locker:?}"

@@ -1,6 +1,6 @@
-//! The `metrics` feature: counters, histograms and the held-leases gauge, labelled by the name's
-//! template and the mode of the hold, read back through the facade's debugging recorder (one
-//! test per binary: the recorder is global).
+//! The `metrics` feature: counters, histograms and the gauges of held leases and waiting calls,
+//! labelled by the name's template and the mode of the hold, read back through the facade's
+//! debugging recorder (one test per binary: the recorder is global).
 
 pub mod support;
 
@@ -172,7 +172,48 @@ async fn metrics_count_each_outcome_by_template() {
     // Every invoice lease ended: the gauge of the template is back to 0.
     assert_eq!(m.get("lock_leases_held", "invoice:{id}"), 0.0);
 
+    contention_is_counted_and_waiting_calls_gauged(&env, &m).await;
     permits_are_labelled_by_their_mode(&env, &m).await;
+}
+
+/// A call that finds the lock held counts once in `lock_contended_total`, whether it tried once
+/// or waited; a waiting call is in `lock_waiters` until it gets the lock or is dropped.
+async fn contention_is_counted_and_waiting_calls_gauged(env: &Env, m: &Totals) {
+    let holder = env.locker.acquire("queue", &opts(5_000)).await.unwrap();
+    let err = env.locker.acquire("queue", &opts(5_000)).await.unwrap_err();
+    assert!(matches!(err, LockError::Busy { .. }), "{err}");
+    assert_eq!(m.get("lock_contended_total", "queue"), 1.0);
+    assert_eq!(m.get("lock_waiters", "queue"), 0.0);
+
+    let waiter = || {
+        let locker = env.locker.clone();
+        tokio::spawn(async move {
+            let waiting = opts(5_000).with_wait(ms(30_000));
+            let lease = locker.acquire("queue", &waiting).await.unwrap();
+            lease.release().await.unwrap();
+        })
+    };
+    let (first, second) = (waiter(), waiter());
+    eventually(ms(5_000), "two calls waiting", || {
+        let waiting = m.get("lock_waiters", "queue");
+        async move { waiting == 2.0 }
+    })
+    .await;
+    assert_eq!(m.get("lock_contended_total", "queue"), 3.0);
+    // A waiting call dropped leaves the gauge.
+    second.abort();
+    assert!(second.await.unwrap_err().is_cancelled());
+    eventually(ms(5_000), "one call waiting", || {
+        let waiting = m.get("lock_waiters", "queue");
+        async move { waiting == 1.0 }
+    })
+    .await;
+    // The other gets the lock once it is released, and leaves the gauge too.
+    holder.release().await.unwrap();
+    first.await.unwrap();
+    assert_eq!(m.get("lock_waiters", "queue"), 0.0);
+    assert_eq!(m.get("lock_contended_total", "queue"), 3.0);
+    assert_eq!(m.get("lock_acquired_total", "queue"), 2.0);
 }
 
 /// Three holders of a lock with 3 permits are counted under `mode="permits"`, a fourth caller's

@@ -6,3 +6,35 @@ fn ui() {
     t.pass("tests/ui/pass/*.rs");
     t.compile_fail("tests/ui/fail/*.rs");
 }
+
+/// The errors users see, and keep snapshots of, speak of their code and of the library's public
+/// names only: never of the paths the expansion calls, the library's source files, or lists of
+/// impls that depend on what else the user's crate depends on.
+#[test]
+fn errors_name_no_internals() {
+    let internals = [
+        "__private",
+        "$LOCK_RUNTIME",
+        "lock-runtime/src",
+        "lock_runtime/src",
+        "other types implement",
+        "required by a bound",
+    ];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/fail");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "stderr") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for word in internals {
+                assert!(!text.contains(word), "{}: {word}\n{text}", path.display());
+            }
+            seen += 1;
+        }
+    }
+    assert!(
+        seen > 40,
+        "only {seen} snapshots read from {}",
+        dir.display()
+    );
+}

@@ -198,12 +198,12 @@ fn unknown_param(name: &str, params: &[Ident]) -> String {
     format!("`{{{name}}}` in the lock name is not a parameter of this function: {hint}")
 }
 
-const EXAMPLES: &str = "write durations like \"250ms\", \"30s\" or \"1m 30s\"";
+const EXAMPLES: &str = "write it like \"250ms\", \"10s\" or \"1m 30s\"";
 
 /// A duration string in whole milliseconds; the error names the option and shows valid forms.
 pub(crate) fn parse_millis(option: &str, text: &str) -> Result<u64, String> {
     let duration = humantime::parse_duration(text)
-        .map_err(|err| format!("`{option} = \"{text}\"` is not a duration ({err}); {EXAMPLES}"))?;
+        .map_err(|err| not_a_duration(&format!("`{option} = \"{text}\"`"), &err))?;
     if duration.subsec_nanos() % 1_000_000 != 0 {
         let up = duration.as_millis() + 1;
         return Err(format!(
@@ -212,6 +212,24 @@ pub(crate) fn parse_millis(option: &str, text: &str) -> Result<u64, String> {
         ));
     }
     u64::try_from(duration.as_millis()).map_err(|_| format!("`{option} = \"{text}\"` is too long"))
+}
+
+/// Why `text` (`written`: the option as written) is not a duration, in this crate's words.
+fn not_a_duration(written: &str, err: &humantime::DurationError) -> String {
+    use humantime::DurationError as E;
+    match err {
+        E::Empty => format!("{written}: empty; {EXAMPLES}"),
+        E::UnknownUnit { unit, value, .. } if unit.is_empty() => {
+            format!("{written}: a number needs a unit; write \"{value}s\" or \"{value}ms\"")
+        }
+        E::UnknownUnit { unit, .. } => {
+            format!("{written}: `{unit}` is not a unit (use ms, s, m, h or d); {EXAMPLES}")
+        }
+        E::NumberOverflow => format!("{written}: too long to be a duration"),
+        E::InvalidCharacter(_) | E::NumberExpected(_) => {
+            format!("{written}: not a duration; {EXAMPLES}")
+        }
+    }
 }
 
 #[cfg(test)]
@@ -230,11 +248,43 @@ mod tests {
             err.contains("whole number of milliseconds") && err.contains("\"2ms\""),
             "{err}"
         );
-        let err = parse_millis("ttl", "30").unwrap_err();
-        assert!(
-            err.starts_with("`ttl = \"30\"` is not a duration") && err.contains("\"1m 30s\""),
-            "{err}"
+        let said = |option, text| parse_millis(option, text).unwrap_err();
+        assert_eq!(
+            said("ttl", "30"),
+            "`ttl = \"30\"`: a number needs a unit; write \"30s\" or \"30ms\""
         );
+        assert_eq!(
+            said("ttl", "3x"),
+            "`ttl = \"3x\"`: `x` is not a unit (use ms, s, m, h or d); write it like \"250ms\", \
+             \"10s\" or \"1m 30s\""
+        );
+        assert_eq!(
+            said("wait", "a while"),
+            "`wait = \"a while\"`: not a duration; write it like \"250ms\", \"10s\" or \"1m 30s\""
+        );
+        assert_eq!(
+            said("ttl", ""),
+            "`ttl = \"\"`: empty; write it like \"250ms\", \"10s\" or \"1m 30s\""
+        );
+        assert_eq!(
+            said("ttl", "99999999999999999999s"),
+            "`ttl = \"99999999999999999999s\"`: too long to be a duration"
+        );
+        // No word of the parser's own.
+        for text in ["30", "3x", "a while", "", "1.5.5s", "-1s"] {
+            let message = said("ttl", text);
+            assert!(
+                ![
+                    "expected number",
+                    "invalid character",
+                    "time unit needed",
+                    "supported units"
+                ]
+                .iter()
+                .any(|word| message.contains(word)),
+                "{message}"
+            );
+        }
         assert!(parse_millis("ttl", "soon").is_err());
         assert!(parse_millis("ttl", "").is_err());
     }

@@ -12,6 +12,7 @@ use crate::config::{self, Config};
 use crate::errors::Errors;
 use crate::item::{self, LockedFn};
 use crate::parse;
+use crate::recursion;
 
 /// The attribute's whole job: the expanded function, or the function unchanged plus the errors.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -28,12 +29,16 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 
 /// The function as written, for when the attribute reports an error. Its parameters may be
 /// unused without the key that was to use them: rustc's warnings about them would only add
-/// noise to the error, so they are allowed.
+/// noise to the error, so they are allowed. A call of itself is boxed, as the error about it
+/// says to, so that rustc does not report it again.
 fn unchanged(item: TokenStream) -> TokenStream {
     match syn::parse2::<ItemFn>(item.clone()) {
         Ok(mut func) => {
             func.attrs
                 .push(syn::parse_quote!(#[allow(unused_variables)]));
+            if func.sig.asyncness.is_some() {
+                recursion::box_calls(&mut func);
+            }
             quote!(#func)
         }
         Err(_) => item,
@@ -47,6 +52,10 @@ fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     // The parameters are known even when the body is not usable, so the options still get checked.
     let declared_params = item::bindings(&func.sig);
     let locked = errors.push_result(item::analyze(func));
+    // An async-trait method returns a boxed future already: it may call itself.
+    if let Some(locked) = locked.as_ref().filter(|l| l.func.sig.asyncness.is_some()) {
+        errors.push_result(recursion::check(&locked.func));
+    }
     let params = locked.as_ref().map_or(&declared_params, |l| &l.params);
     let config = raw.and_then(|raw| config::build(raw, params, &mut errors));
     errors.finish()?;
@@ -81,19 +90,12 @@ fn generate(mut locked: LockedFn, config: &Config) -> syn::Result<TokenStream> {
     let options_expr = options_chain(&private, config);
     let (lease_pat, async_block) = wrapped_body(&mut locked, config, &private, &lease, &ret)?;
 
+    let lock_failure = lock_failure(locked.output.as_ref(), &ret, &private);
     let args = quote_spanned!(def=>
-        #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #async_block.await
+        #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #async_block.await,
+        #lock_failure
     );
-    // The return type must be `LockOutput`, a bound of `run` that rustc checks on the path and
-    // again on its `.await`. With both spanned alike (and `R` inferred from the body, not given
-    // in a turbofish, whose argument rustc would blame separately) it reports one error.
-    let blame = locked.output.as_ref().map_or(def, blamed_span);
-    let call = {
-        let run = respan(quote!(#private::run), blame);
-        let mut args = Group::new(Delimiter::Parenthesis, args);
-        args.set_span(blame);
-        quote_spanned!(blame=> #run #args.await)
-    };
+    let call = quote_spanned!(def=> #private::run(#args).await);
 
     // The const comes first: items after statements read badly (and clippy says so).
     let new_body: Block = syn::parse_quote_spanned! {def=> {
@@ -125,7 +127,13 @@ fn locker_expr(locked: &LockedFn, config: &Config, private: &TokenStream) -> Tok
                 group.set_span(last);
                 quote_spanned!(first=> &#group)
             });
-            quote_spanned!(def=> #private::locker_ref(#borrowed))
+            // A typed `let` is a coercion site like an argument, but a mismatch there names
+            // no function of the runtime.
+            let named = Ident::new("__lock_locker_ref", def);
+            quote_spanned!(def=> {
+                let #named: &#private::Locker = #borrowed;
+                #private::locker_ref(#named)
+            })
         }
         None => quote_spanned!(def=> #private::default_locker()),
     }
@@ -189,32 +197,38 @@ fn rename_self(tokens: TokenStream, alias: &Ident) -> TokenStream {
         .collect()
 }
 
-/// Where a return type that cannot report a lock failure is blamed: the error type of a
-/// `Result<T, E>` (its last name, `Error` in `io::Error`), else the type's first token.
-fn blamed_span(ty: &Type) -> Span {
-    let error_type = match ty {
-        Type::Path(path) => path
-            .path
-            .segments
-            .last()
-            .filter(|last| last.ident == "Result")
-            .and_then(|last| match &last.arguments {
-                PathArguments::AngleBracketed(args) if args.args.len() == 2 => {
-                    match &args.args[1] {
-                        GenericArgument::Type(Type::Path(error)) => error.path.segments.last(),
-                        _ => None,
-                    }
-                }
-                _ => None,
-            }),
-        _ => None,
+/// How the call turns a lock failure into the function's return value, named with the user's
+/// own tokens of the return type: a type that cannot carry a lock failure is then reported by
+/// the trait's message at that type (the error type of a `Result<T, E>`, else the whole type),
+/// and nowhere else, as no bound of the runtime's asks for it again.
+fn lock_failure(output: Option<&Type>, ret: &TokenStream, private: &TokenStream) -> TokenStream {
+    match output.and_then(result_error_type) {
+        Some(error) => {
+            let mut error = error.clone();
+            InferImplTrait.visit_type_mut(&mut error);
+            quote!(<#error as #private::FromLockError>::lock_failure)
+        }
+        None => quote!(<#ret as #private::LockOutput>::from_lock_error),
+    }
+}
+
+/// `E` of a return type written `Result<T, E>` (any path ending in `Result` with two
+/// arguments, like `std::io::Result<T, E>` or `anyhow::Result<T, E>`).
+fn result_error_type(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else {
+        return None;
     };
-    match error_type {
-        Some(segment) => segment.ident.span(),
-        None => quote!(#ty)
-            .into_iter()
-            .next()
-            .map_or_else(Span::call_site, |t| t.span()),
+    let last = path
+        .path
+        .segments
+        .last()
+        .filter(|last| last.ident == "Result")?;
+    match &last.arguments {
+        PathArguments::AngleBracketed(args) if args.args.len() == 2 => match &args.args[1] {
+            GenericArgument::Type(error) => Some(error),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
@@ -227,23 +241,6 @@ fn around(user: TokenStream, wrap: impl FnOnce(Span, Span) -> TokenStream) -> To
     let first = trees.next().map_or_else(Span::mixed_site, |t| t.span());
     let last = trees.last().map_or(first, |t| t.span());
     wrap(first, last)
-}
-
-/// Sets the span of every token, inside groups too.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tree| {
-            if let TokenTree::Group(group) = &tree {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                tree = TokenTree::Group(inner);
-            } else {
-                tree.set_span(span);
-            }
-            tree
-        })
-        .collect()
 }
 
 /// `LockOptions::new(ttl)` plus one builder call per option given.

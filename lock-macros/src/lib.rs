@@ -3,9 +3,10 @@
 //! reference (the code it generates calls into that crate).
 //!
 //! Stages, each a module, each using only those above it: `errors`, `suggest`, `options` (the
-//! option keys) and `template` (the key) are leaves; `item` finds the function's body, `parse`
-//! reads the options as written, `config` checks them against each other (with `lock_rules`) and
-//! against the function, and `expand` writes the new body. On an error the function is emitted
+//! option keys), `template` (the key) and `recursion` (a body that awaits its own function) are
+//! leaves; `item` finds the function's body, `parse` reads the options as written, `config`
+//! checks them against each other (with `lock_rules`) and against the function, and `expand`
+//! writes the new body. On an error the function is emitted
 //! unchanged next to the `compile_error!`s, so the rest of the crate still type-checks sanely.
 
 mod config;
@@ -14,6 +15,7 @@ mod expand;
 mod item;
 mod options;
 mod parse;
+mod recursion;
 mod suggest;
 mod template;
 

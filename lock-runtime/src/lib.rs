@@ -44,7 +44,7 @@
 //! # Features
 //!
 //! - `tls`: `rediss://` URLs.
-//! - `metrics`: counters, histograms and a gauge through the `metrics` facade.
+//! - `metrics`: counters, histograms and gauges through the `metrics` facade.
 //!
 //! The test support (private `redis-server` processes, Redis Cluster, Sentinel and fault
 //! injection, to test your own locked code) is the `lock-testing` crate.
@@ -105,12 +105,12 @@ pub use model::error::{LockError, LostReason};
 pub use model::holder::Holder;
 pub use model::keys::KeyFormat;
 pub use model::options::{LockOptions, drift_for};
-pub use model::output::LockOutput;
+pub use model::output::{FromLockError, LockOutput};
 
 /// Paths named by the code that `#[distributed_lock]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::model::output::LockOutput;
+    pub use crate::model::output::{FromLockError, LockOutput};
     pub use crate::{Lease, LockError, LockOptions, Locker};
     pub use core::time::Duration;
 
@@ -124,24 +124,26 @@ pub mod __private {
         Ok(locker.clone())
     }
 
-    /// The whole life of one locked call, with a lock failure mapped into the body's return type.
+    /// The whole life of one locked call, with a lock failure mapped into the body's return type
+    /// by `lock_failure` (which the attribute names at the user's return type, so that a type
+    /// that cannot carry a lock failure is reported there, and only there).
     pub async fn run<R, F>(
         locker: Result<Locker, LockError>,
         name: String,
         opts: &LockOptions,
         body: F,
+        lock_failure: fn(LockError) -> R,
     ) -> R
     where
-        R: LockOutput,
         F: AsyncFnOnce(&Lease) -> R,
     {
         let locker = match locker {
             Ok(locker) => locker,
-            Err(err) => return R::from_lock_error(err.for_lock(&name)),
+            Err(err) => return lock_failure(err.for_lock(&name)),
         };
         match locker.run_owned_name(name, opts, body).await {
             Ok(out) => out,
-            Err(err) => R::from_lock_error(err),
+            Err(err) => lock_failure(err),
         }
     }
 }

@@ -268,21 +268,27 @@ fn inspect_several(out: &mut String, info: &LockInfo) {
     for h in &info.holders {
         let _ = writeln!(out, "  - {}", holding_text(info, h, true));
     }
-    fence_line(out, info.fence);
+    fence_line(out, info.fence, false);
     if info.state == LockState::Shared {
         let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
     }
 }
 
-fn fence_line(out: &mut String, fence: Option<u64>) {
-    match fence {
-        Some(f) => {
-            let _ = writeln!(out, "fence     {f} (last recorded)");
-        }
-        None => {
-            let _ = writeln!(out, "fence     none recorded yet");
-        }
-    }
+/// The fence counter's line. A lock held by one holder that took it uncontended has a fence the
+/// counter does not show yet: its release writes it there.
+fn fence_line(out: &mut String, fence: Option<u64>, held_by_one: bool) {
+    let _ = match (fence, held_by_one) {
+        (Some(f), true) => writeln!(
+            out,
+            "fence     {f} last recorded; the holder's is {f}, or a higher one its release records"
+        ),
+        (None, true) => writeln!(
+            out,
+            "fence     the holder's is recorded at its release; none is recorded before it"
+        ),
+        (Some(f), false) => writeln!(out, "fence     {f} (last recorded)"),
+        (None, false) => writeln!(out, "fence     none recorded"),
+    };
 }
 
 /// The lines of `inspect` for an exclusive lock: its holder.
@@ -294,7 +300,7 @@ fn inspect_one(out: &mut String, info: &LockInfo) {
     if let Some(h) = &info.holder {
         let _ = writeln!(out, "token     {}", h.token);
     }
-    fence_line(out, info.fence);
+    fence_line(out, info.fence, info.state == LockState::Held);
     let _ = writeln!(out, "ttl left  {}", ttl_text(info.ttl_left));
 }
 

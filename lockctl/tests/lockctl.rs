@@ -207,6 +207,46 @@ async fn url_flag_shows_the_holder_and_how_long_it_has_held() {
     assert_eq!(json_field(&json, "held"), Some("false"), "{json}");
 }
 
+/// A lock taken uncontended has its fence written to the counter at its release: `inspect` says
+/// so rather than that no fence was recorded, and after an earlier hold, that the holder's is
+/// the one recorded or a higher one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_says_where_the_holders_fence_is() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let locker = Locker::connect(&url).await.unwrap();
+    let opts = LockOptions::new(Duration::from_secs(30));
+    let fence_line = |text: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("fence "))
+            .map(str::to_owned);
+        line.unwrap_or_else(|| panic!("no fence line: {text}"))
+    };
+
+    let first = locker.acquire("fenced", &opts).await.unwrap();
+    assert!(first.fence() > 0);
+    let text = stdout(&lockctl(&url, &["inspect", "fenced"]));
+    assert_eq!(
+        fence_line(&text),
+        "fence     the holder's is recorded at its release; none is recorded before it"
+    );
+    let recorded = first.fence();
+    first.release().await.unwrap();
+
+    let second = locker.acquire("fenced", &opts).await.unwrap();
+    assert!(second.fence() > recorded);
+    let text = stdout(&lockctl(&url, &["inspect", "fenced"]));
+    assert_eq!(
+        fence_line(&text),
+        format!(
+            "fence     {recorded} last recorded; the holder's is {recorded}, or a higher one its \
+             release records"
+        )
+    );
+    second.release().await.unwrap();
+}
+
 #[test]
 fn release_force_without_a_server_named_refuses() {
     let out = lockctl_bare(&["release", "ledger", "--force"])

@@ -14,6 +14,7 @@ use crate::deployment::{Acquired, Ask, Deployment, Held, Late};
 use crate::hold::watchdog::Watchdog;
 use crate::model::keys::{Keys, PERMITS_MARK};
 use crate::model::options::HoldKind;
+use crate::plumbing::telemetry;
 use crate::server::Waiter;
 use crate::server::pubsub::{Grant, Subscription, Wake};
 use crate::state::lease_state::{Granted, LeaseState};
@@ -82,6 +83,10 @@ struct Wait<'a> {
     backoff: Backoff,
     /// The first attempt counts from `begun`.
     first_sent: Option<Instant>,
+    /// Whether an attempt found the lock held (counted once per call).
+    contended: bool,
+    /// In the `lock_waiters` gauge while this call waits for a busy lock.
+    waiting: Option<telemetry::Waiting>,
 }
 
 impl Wait<'_> {
@@ -89,11 +94,21 @@ impl Wait<'_> {
         self.name.as_deref().unwrap_or_default()
     }
 
+    /// The labels of this call's events and metrics.
+    fn label(&self) -> telemetry::Label<'_> {
+        telemetry::Label {
+            template: self.opts.template(),
+            name: self.lock_name(),
+            mode: self.opts.mode(),
+        }
+    }
+
     /// The answer of a wait that ran out.
     fn busy(&self) -> LockError {
         LockError::Busy {
             name: self.lock_name().to_owned(),
             waited: self.begun.elapsed(),
+            wait: self.opts.wait(),
         }
     }
 }
@@ -208,6 +223,8 @@ impl Acquirer {
             subscriptions: None,
             backoff: Backoff::new(),
             first_sent: Some(begun),
+            contended: false,
+            waiting: None,
         }
     }
 
@@ -291,9 +308,16 @@ impl Acquirer {
         retry: Option<Duration>,
         nodes: Vec<usize>,
     ) -> Option<Result<Lease, LockError>> {
+        if !wait.contended {
+            wait.contended = true;
+            telemetry::contended(wait.label());
+        }
         let (now, until) = (Instant::now(), wait.until);
         if wait.opts.wait().is_zero() || now >= until {
             return Some(Err(wait.busy()));
+        }
+        if wait.waiting.is_none() {
+            wait.waiting = Some(telemetry::Waiting::start(wait.label()));
         }
         let Some(subs) = wait.subscriptions.as_mut() else {
             // Without pub/sub, the ttl timer below still wakes us.
@@ -334,10 +358,15 @@ impl Acquirer {
         wait: Wait<'_>,
         result: Result<Lease, LockError>,
     ) -> Result<Lease, LockError> {
-        use crate::plumbing::telemetry;
         match &result {
-            Ok(lease) => telemetry::acquired(lease.state.label(), lease.fence(), wait.begun),
-            Err(LockError::Busy { name, waited }) => {
+            Ok(lease) => {
+                let state = &lease.state;
+                if let Some(handed) = telemetry::handed_out(wait.begun) {
+                    let _ = state.handed_out.set(handed);
+                }
+                telemetry::acquired(state.label(), lease.fence(), wait.begun);
+            }
+            Err(LockError::Busy { name, waited, .. }) => {
                 let template = wait.opts.template();
                 let mode = wait.opts.mode();
                 telemetry::busy(

@@ -47,8 +47,8 @@ impl Backoff {
     /// input, a lost or foreign key and anything else is never retried.
     pub(crate) fn after_error(&mut self, err: &LockError, may_wait: bool) -> AfterError {
         match err {
-            LockError::Redis { source, .. }
-                if source.is_connection_dropped() && !self.reconnected =>
+            LockError::Redis { error, .. }
+                if error.is_connection_dropped() && !self.reconnected =>
             {
                 self.reconnected = true;
                 AfterError::Reconnect
@@ -114,7 +114,7 @@ mod tests {
         LockError::Redis {
             name: "job".into(),
             addr: "127.0.0.1:1".into(),
-            source: redis::RedisError::from(std::io::Error::new(kind, "test")),
+            error: redis::RedisError::from(std::io::Error::new(kind, "test")),
         }
     }
 
@@ -182,6 +182,7 @@ mod tests {
                 vec![LockError::Busy {
                     name: "job".into(),
                     waited: MS(1),
+                    wait: MS(0),
                 }],
                 true,
                 vec![AfterError::Fail],

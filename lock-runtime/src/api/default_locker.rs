@@ -12,7 +12,11 @@ static DEFAULT: OnceLock<Result<Locker, String>> = OnceLock::new();
 /// Returns the locker back if a default was already set or made.
 pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
     let mut given = Some(locker);
-    DEFAULT.get_or_init(|| Ok(given.take().expect("taken once")));
+    DEFAULT.get_or_init(|| {
+        let locker = given.take().expect("taken once");
+        log_made(&locker, "set_default_locker");
+        Ok(locker)
+    });
     match given {
         Some(locker) => Err(locker),
         None => Ok(()),
@@ -31,16 +35,25 @@ pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
 pub fn default_locker() -> Result<Locker, LockError> {
     let made = DEFAULT.get_or_init(|| {
         let builder = crate::LockerBuilder::from_env().map_err(|e| e.to_string())?;
-        let var = crate::api::builder::ENV_VARS
-            .into_iter()
-            .find(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
-            .unwrap_or("the built-in default");
-        builder.build().map_err(|e| {
+        let var = crate::LockerBuilder::env_source();
+        let locker = builder.build().map_err(|e| {
             format!("cannot make the default locker from {var}: {e}; fix {var} or call set_default_locker")
-        })
+        })?;
+        log_made(&locker, var);
+        Ok(locker)
     });
     match made {
         Ok(locker) => Ok(locker.clone()),
         Err(message) => Err(LockError::config("", message.clone())),
     }
+}
+
+/// The one event of the default locker: which deployment it uses, and where that came from.
+fn log_made(locker: &Locker, from: &str) {
+    tracing::info!(
+        target: "lock_runtime",
+        deployment = locker.described(),
+        from,
+        "default locker made"
+    );
 }

@@ -290,8 +290,8 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
     let queue = read(replies.next()).unwrap_or_default();
     let places = replies.next().and_then(Result::ok).map(scored);
     let now_ms = read::<(u64, u64)>(replies.next()).map(|(s, us)| s * 1000 + us / 1000);
-    // Only the live shared holders: a holder's place ends with its lease.
-    let readers = places
+    // Only the live shared holders (a holder's place ends with its lease), by fence.
+    let mut readers: Vec<(String, Option<u64>)> = places
         .unwrap_or_default()
         .into_iter()
         .filter(|(_, expires)| now_ms.is_none_or(|now| expires.is_none_or(|e| e > now)))
@@ -300,6 +300,7 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
             None => (place, None),
         })
         .collect();
+    readers.sort_by_key(|(_, fence)| *fence);
     let permits = value.as_deref().and_then(crate::server::permits_of);
     let held = match permits {
         Some(n) => held_permits(node, keys, n).await?,

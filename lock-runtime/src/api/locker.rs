@@ -17,6 +17,8 @@ struct Inner {
     acquirer: Acquirer,
     prefix: String,
     format: KeyFormat,
+    /// The deployment in a few words (see `Target::describe`), for the log.
+    described: String,
 }
 
 impl std::fmt::Debug for Locker {
@@ -31,14 +33,25 @@ impl std::fmt::Debug for Locker {
 }
 
 impl Locker {
-    pub(crate) fn new(acquirer: Acquirer, prefix: String, format: KeyFormat) -> Self {
+    pub(crate) fn new(
+        acquirer: Acquirer,
+        prefix: String,
+        format: KeyFormat,
+        described: String,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 acquirer,
                 prefix,
                 format,
+                described,
             }),
         }
+    }
+
+    /// The deployment in a few words: its kind and its URLs, without credentials.
+    pub(crate) fn described(&self) -> &str {
+        &self.inner.described
     }
 
     /// How names become keys.
@@ -164,6 +177,7 @@ impl Locker {
         let key = self.key_of(&name);
         // One span per locked call; its fields are filled in as the call goes.
         let span = tracing::info_span!(
+            target: "lock_runtime",
             "lock",
             name = %name,
             template = opts.template(),

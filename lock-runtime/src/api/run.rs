@@ -27,6 +27,11 @@ where
     F: AsyncFnOnce(&Lease) -> T,
 {
     let max_exec = opts.max_exec();
+    // From here a loss cancels a body: the loss is logged so.
+    lease
+        .state
+        .runs_body
+        .store(true, std::sync::atomic::Ordering::Release);
     let outcome = {
         // One clock read serves the deadline and the check before the first poll.
         let now = Instant::now();

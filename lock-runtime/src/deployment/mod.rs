@@ -312,6 +312,7 @@ impl Deployment {
         for (i, (sub, res)) in results.into_iter().enumerate() {
             if let Err(e) = res {
                 tracing::debug!(
+                    target: "lock_runtime::acquire",
                     lock = name,
                     node = self.nodes[i].addr(),
                     error = %e,

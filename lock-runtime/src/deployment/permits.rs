@@ -114,7 +114,7 @@ impl Deployment {
         let (node, keys, token) = (Arc::clone(&self.nodes[0]), keys.clone(), token.to_owned());
         tokio::spawn(async move {
             if let Err(e) = node.forget_permit(&keys, permits, &token).await {
-                tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "freeing a permit after a dropped attempt failed; it expires by its ttl");
+                tracing::debug!(target: "lock_runtime::acquire", node = node.addr(), key = %keys.key, error = %e, "freeing a permit after a dropped attempt failed; it expires by its ttl");
             }
         });
     }

@@ -170,6 +170,6 @@ fn answer(reply: &Option<RedisResult<bool>>) -> Option<Option<bool>> {
 /// left to the key's ttl.
 pub(super) async fn release_quietly(node: &Node, keys: &Keys, token: &str, how: &Release) {
     if let Err(e) = node.release(keys, token, how).await {
-        tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
+        tracing::debug!(target: "lock_runtime::release", node = node.addr(), key = %keys.key, error = %e, "cleanup release failed; the key expires by its ttl");
     }
 }

@@ -87,7 +87,7 @@ impl Deployment {
         let how = self.cleanup(0);
         tokio::spawn(async move {
             if let Err(e) = node.release_shared(&keys, "", &token, &how).await {
-                tracing::debug!(node = node.addr(), key = %keys.key, error = %e, "leaving the shared holders after a dropped attempt failed; the hold expires by its lease");
+                tracing::debug!(target: "lock_runtime::acquire", node = node.addr(), key = %keys.key, error = %e, "leaving the shared holders after a dropped attempt failed; the hold expires by its lease");
             }
         });
     }

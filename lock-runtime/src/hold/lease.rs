@@ -5,6 +5,7 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 use crate::hold::watchdog::Renewing;
+use crate::plumbing::telemetry;
 use crate::state::lease_state::LeaseState;
 use crate::state::status::StatusRx;
 use crate::{LockError, LostReason};
@@ -163,6 +164,7 @@ impl Drop for Lease {
                 });
             }
             Err(_) => tracing::warn!(
+                target: "lock_runtime::release",
                 lock = %self.state.name,
                 "lease dropped outside a tokio runtime: the key stays until its ttl runs out"
             ),
@@ -175,14 +177,20 @@ impl Drop for Lease {
 /// is the reason.
 fn released(state: &LeaseState, out: &mut Result<(), LockError>) {
     match out {
-        Ok(()) => crate::plumbing::telemetry::released(state.label()),
+        Ok(()) => {
+            let waited = state
+                .handed_out
+                .get()
+                .map(|(begun, handed)| *handed - *begun);
+            telemetry::released(state.label(), state.fence(), waited, state.held_since());
+        }
         Err(LockError::Lost { reason, .. }) => match state.status.get().lost {
             Some(first) => *reason = first,
             None => {
                 state.mark_lost(*reason);
-                crate::plumbing::telemetry::lost_at_release(state.label());
+                telemetry::lost_at_release(state.label(), state.held_since());
             }
         },
-        Err(e) => crate::plumbing::telemetry::release_failed(state.label(), e),
+        Err(e) => telemetry::release_failed(state.label(), e, state.held_since()),
     }
 }

@@ -232,6 +232,7 @@ fn not_renewed(shared: &Shared, e: &std::io::Error) {
         .expect("watchdog lock")
         .without_task();
     tracing::error!(
+        target: "lock_runtime::hold",
         error = %e,
         "no thread for the renewals of leases held outside the runtimes that took them: \
          they are renewed again once another lease is taken"

@@ -4,20 +4,21 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
-/// Why a lock could not be taken or kept. Every variant names the lock.
-#[derive(Debug, thiserror::Error)]
+/// Why a lock could not be taken or kept. Every variant made by a lock call names the lock; an
+/// error made outside one (connecting, building a locker) has an empty name, which neither its
+/// message nor its `Debug` shows.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// Another holder had the lock and `wait` ran out.
-    #[error(
-        "lock `{name}` is busy: another holder kept it for the whole wait of {waited:?}; \
-         retry later or raise `wait`"
-    )]
+    /// Another holder had the lock: the call tried once (`wait` = 0), or `wait` ran out.
+    #[error("{}", busy_message(name, *wait))]
     Busy {
         /// The lock's name.
         name: String,
-        /// How long this call waited.
+        /// How long this call took, from its start to giving up.
         waited: Duration,
+        /// The call's `wait`: zero when it tried once.
+        wait: Duration,
     },
     /// The lease was lost while the body ran: the key expired, was deleted or taken over, or
     /// renewal could not be confirmed in time. The body was cancelled, or (found at release,
@@ -80,16 +81,16 @@ pub enum LockError {
         needed: usize,
     },
     /// Talking to Redis failed (connection refused, timeout, refused credentials, an error
-    /// reply). The message ends with what to do, where the error tells.
-    #[error("{}Redis at {addr} failed: {source}{}", subject(name), hint(source))]
+    /// reply). The message says how, once, and ends with what to do where the error tells; it
+    /// has no [`source`](std::error::Error::source), which would say it again.
+    #[error("{}Redis at {addr} failed: {error}{}", subject(name), hint(error))]
     Redis {
         /// The lock's name (empty when connecting outside a lock call).
         name: String,
         /// The node's address.
         addr: String,
         /// The underlying error.
-        #[source]
-        source: redis::RedisError,
+        error: redis::RedisError,
     },
     /// The lock's key, or one of the keys kept beside it (its fence counter), holds data this
     /// library cannot use: another client's key under the same name, or a fence counter at the
@@ -164,6 +165,43 @@ impl std::fmt::Display for LostReason {
     }
 }
 
+/// What a `Busy` call did: tried once, or waited its whole `wait`.
+fn busy_message(name: &str, wait: Duration) -> String {
+    if wait.is_zero() {
+        format!(
+            "lock `{name}` is busy: another holder has it, and this call tried once (it has no \
+             `wait`); retry later, or give it a `wait`"
+        )
+    } else {
+        format!(
+            "lock `{name}` is busy: another holder kept it through this call's whole wait of \
+             {}; retry later or raise `wait`",
+            duration_text(wait)
+        )
+    }
+}
+
+/// A duration as the options are written: `250ms`, `10s`, `1m 30s`, `2h 5m 1s 500ms`.
+fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    let parts = [
+        (ms / 3_600_000, "h"),
+        (ms / 60_000 % 60, "m"),
+        (ms / 1_000 % 60, "s"),
+        (ms % 1_000, "ms"),
+    ];
+    let text: Vec<String> = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if text.is_empty() {
+        format!("{d:?}")
+    } else {
+        text.join(" ")
+    }
+}
+
 /// "lock `name`: ", or nothing for errors outside a lock call (building a locker).
 fn subject(name: &str) -> String {
     if name.is_empty() {
@@ -175,8 +213,8 @@ fn subject(name: &str) -> String {
 
 /// What to do about a Redis error, as "; <advice>" to end its message, or nothing when the error
 /// does not tell.
-fn hint(source: &redis::RedisError) -> String {
-    advice(source.kind(), source.code(), &source.to_string())
+fn hint(error: &redis::RedisError) -> String {
+    advice(error.kind(), error.code(), &error.to_string())
         .map(|advice| format!("; {advice}"))
         .unwrap_or_default()
 }
@@ -257,6 +295,62 @@ fn format_failures(failures: &[(String, String)]) -> String {
     }
     let parts: Vec<String> = failures.iter().map(|(a, e)| format!("{a}: {e}")).collect();
     parts.join("; ")
+}
+
+/// As derived, without the `name` of an error made outside a lock call.
+impl std::fmt::Debug for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = |variant: &str, fields: &[(&str, &dyn std::fmt::Debug)]| {
+            let mut s = f.debug_struct(variant);
+            if !self.lock_name().is_empty() {
+                s.field("name", &self.lock_name());
+            }
+            for (field, value) in fields {
+                s.field(field, value);
+            }
+            s.finish()
+        };
+        match self {
+            Self::Busy {
+                name: _,
+                waited,
+                wait,
+            } => out("Busy", &[("waited", waited), ("wait", wait)]),
+            Self::Lost { name: _, reason } => out("Lost", &[("reason", reason)]),
+            Self::MaxExecExceeded { name: _, max_exec } => {
+                out("MaxExecExceeded", &[("max_exec", max_exec)])
+            }
+            Self::QuorumUnavailable {
+                name: _,
+                got,
+                needed,
+                failures,
+            } => out(
+                "QuorumUnavailable",
+                &[("got", got), ("needed", needed), ("failures", failures)],
+            ),
+            Self::NotReplicated {
+                name: _,
+                addr,
+                acked,
+                needed,
+            } => out(
+                "NotReplicated",
+                &[("addr", addr), ("acked", acked), ("needed", needed)],
+            ),
+            Self::Redis {
+                name: _,
+                addr,
+                error,
+            } => out("Redis", &[("addr", addr), ("error", error)]),
+            Self::NotALock {
+                name: _,
+                key,
+                detail,
+            } => out("NotALock", &[("key", key), ("detail", detail)]),
+            Self::Config { name: _, message } => out("Config", &[("message", message)]),
+        }
+    }
 }
 
 impl LockError {
@@ -456,13 +550,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn durations_read_as_options_are_written() {
+        let ms = Duration::from_millis;
+        for (d, text) in [
+            (ms(250), "250ms"),
+            (ms(10_000), "10s"),
+            (ms(90_000), "1m 30s"),
+            (ms(3_600_000 + 1_500), "1h 1s 500ms"),
+            (Duration::from_micros(336), "336µs"),
+        ] {
+            assert_eq!(duration_text(d), text);
+        }
+    }
+
     /// The message of a real redis-rs error ends with the advice, or with the error itself.
     #[test]
     fn the_message_ends_with_the_advice() {
-        let redis = |source: redis::RedisError| LockError::Redis {
+        let redis = |error: redis::RedisError| LockError::Redis {
             name: "job".to_owned(),
             addr: "127.0.0.1:7000".to_owned(),
-            source,
+            error,
         };
         let refused = redis(std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into());
         assert!(

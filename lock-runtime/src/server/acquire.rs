@@ -186,7 +186,7 @@ impl Node {
     /// a failover could lose it and let a second holder in.
     async fn undo_unreplicated(&self, keys: &Keys, token: &str) {
         if let Err(e) = self.release(keys, token, &self.undo()).await {
-            tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
+            tracing::debug!(target: "lock_runtime::acquire", node = %self.addr, key = %keys.key, error = %e, "deleting an unacknowledged key failed; it expires by its ttl");
         }
     }
 

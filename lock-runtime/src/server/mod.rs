@@ -23,6 +23,7 @@ use crate::transport::sentinel::SentinelLink;
 use acquire::value_text;
 use pubsub::{Notifications, Source, Subscription, Wake};
 use scripts::evalsha;
+use url::bad_url;
 
 mod acquire;
 mod permits;
@@ -34,6 +35,7 @@ mod script_tests;
 pub(crate) mod scripts;
 mod setup;
 mod shared;
+mod url;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::{PermitReply, permits_of};
@@ -180,7 +182,7 @@ impl Node {
                 match Source::direct(info, None) {
                     Ok(source) => n.repoint(source),
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot listen for releases on the new primary")
+                        tracing::warn!(target: "lock_runtime", error = %e, "cannot listen for releases on the new primary")
                     }
                 }
             }
@@ -295,7 +297,7 @@ impl Node {
         LockError::Redis {
             name: name.to_owned(),
             addr,
-            source,
+            error: source,
         }
     }
 
@@ -582,35 +584,4 @@ fn check_urls(urls: &[String]) -> Result<(), LockError> {
             .map_err(|e| bad_url(url, &e))?;
     }
     Ok(())
-}
-
-/// A URL that cannot be parsed, said with what is expected.
-fn bad_url(url: &str, e: &redis::RedisError) -> LockError {
-    let hint = url_hint(url, cfg!(feature = "tls"));
-    LockError::config(
-        "",
-        format!("invalid Redis URL `{}`: {e}{hint}", redact(url)),
-    )
-}
-
-/// What to do about a URL that does not parse, in a build with or without TLS support.
-fn url_hint(url: &str, tls: bool) -> &'static str {
-    if url.starts_with("rediss://") && !tls {
-        "; this build has no TLS support: enable the `tls` feature of lock-runtime \
-         (`lock-runtime = { version = \"..\", features = [\"tls\"] }`), or reach the server over \
-         redis:// (e.g. through a TLS tunnel)"
-    } else {
-        "; expected redis://[user:password@]host:port[/db]"
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_tls_url_without_tls_names_the_feature() {
-        let hint = super::url_hint("rediss://cache:6380", false);
-        assert!(hint.contains("enable the `tls` feature"), "{hint}");
-        assert!(!super::url_hint("rediss://cache:6380", true).contains("tls"));
-        assert!(super::url_hint("redis:/oops", false).contains("expected redis://"));
-    }
 }

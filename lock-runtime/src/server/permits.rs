@@ -70,7 +70,7 @@ impl Node {
                     Some(acked) if acked < self.replicas => {
                         let slot = &slots[permit as usize];
                         if let Err(e) = self.release(slot, req.token, &self.undo()).await {
-                            tracing::debug!(node = %self.addr, key = %slot.key, error = %e, "freeing an unacknowledged permit failed; it expires by its ttl");
+                            tracing::debug!(target: "lock_runtime::acquire", node = %self.addr, key = %slot.key, error = %e, "freeing an unacknowledged permit failed; it expires by its ttl");
                         }
                         PermitReply::NotReplicated { acked }
                     }

@@ -575,7 +575,7 @@ impl Notifications {
             };
             drop(guard);
             if failed {
-                tracing::debug!(node = %me.addr, %channel, "SUBSCRIBE or UNSUBSCRIBE failed; retrying");
+                tracing::debug!(target: "lock_runtime", node = %me.addr, %channel, "SUBSCRIBE or UNSUBSCRIBE failed; retrying");
                 drop(me);
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(5));

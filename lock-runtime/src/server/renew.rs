@@ -32,7 +32,7 @@ impl Node {
         match self.renew_call(items).await {
             Ok(codes) => codes,
             Err(e) => {
-                tracing::debug!(node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
+                tracing::debug!(target: "lock_runtime::hold", node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
                 vec![None; items.len()]
             }
         }
@@ -132,7 +132,7 @@ impl Node {
                 Err(e) => {
                     // Perhaps a failover: learn the slots again before the retry.
                     cluster.slot_map_is_stale();
-                    tracing::debug!(node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
+                    tracing::debug!(target: "lock_runtime::hold", node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
                 }
             }
         }

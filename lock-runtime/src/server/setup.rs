@@ -72,6 +72,7 @@ impl Node {
             }
             Err(e) => {
                 tracing::debug!(
+                    target: "lock_runtime",
                     server = %self.addr,
                     error = %e,
                     "cannot read maxmemory-policy (CONFIG is not allowed here); make sure the \
@@ -99,7 +100,7 @@ impl Node {
         if self.settings.require_noeviction {
             return Err(LockError::config("", what));
         }
-        tracing::warn!(server = %self.addr, "{what}");
+        tracing::warn!(target: "lock_runtime", server = %self.addr, "{what}");
         Ok(())
     }
 

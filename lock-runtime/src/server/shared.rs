@@ -53,7 +53,7 @@ impl Node {
                 // Not acknowledged: leaves the holders again (a failover could lose the hold).
                 let how = self.undo();
                 if let Err(e) = self.release_shared(keys, "", req.token, &how).await {
-                    tracing::debug!(node = %self.addr, key = %keys.key, error = %e, "leaving an unacknowledged shared hold failed; it expires by its lease");
+                    tracing::debug!(target: "lock_runtime::acquire", node = %self.addr, key = %keys.key, error = %e, "leaving an unacknowledged shared hold failed; it expires by its lease");
                 }
                 Ok((AcquireReply::NotReplicated { acked }, None))
             }

@@ -1,5 +1,6 @@
 //! What every part of the engine knows about one held lease, and how long it is known valid.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -42,6 +43,12 @@ pub(crate) struct LeaseState {
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
+    /// Set when a locked call's body starts under the lease (`Locker::run`, the attribute): a
+    /// loss then cancels the body. Not set for a lease taken by hand (`Locker::acquire`).
+    pub runs_body: AtomicBool,
+    /// When the call that took the lease began, and when the lease was handed to it: set then,
+    /// for the release's event (its wait and hold time), when that event is on.
+    pub handed_out: OnceLock<(Instant, Instant)>,
     /// Where the sections nested directly in the outermost call take turns (see `held`).
     pub sections: tokio::sync::Mutex<()>,
 }
@@ -120,6 +127,8 @@ impl LeaseState {
             mode: g.mode,
             status,
             ended: AtomicBool::new(false),
+            runs_body: AtomicBool::new(false),
+            handed_out: OnceLock::new(),
             sections: tokio::sync::Mutex::new(()),
         }
     }
@@ -180,7 +189,7 @@ impl LeaseState {
             }
         });
         if lost_now {
-            crate::plumbing::telemetry::lost(self.label(), LostReason::ValidityExpired);
+            self.log_lost(LostReason::ValidityExpired);
         } else if self.status.get().lost.is_none() {
             crate::plumbing::telemetry::renewed(self.label(), sent.elapsed());
         }
@@ -198,8 +207,21 @@ impl LeaseState {
             }
         });
         if first && !self.is_ended() {
-            crate::plumbing::telemetry::lost(self.label(), reason);
+            self.log_lost(reason);
         }
+    }
+
+    fn log_lost(&self, reason: LostReason) {
+        let body = self.runs_body.load(Ordering::Acquire);
+        crate::plumbing::telemetry::lost(self.label(), reason, self.held_since(), body);
+    }
+
+    /// Where the hold time of events counts from: the lease handed to its caller, else the
+    /// request that took it.
+    pub(crate) fn held_since(&self) -> Instant {
+        self.handed_out
+            .get()
+            .map_or(self.started, |(_, handed)| *handed)
     }
 
     pub(crate) fn valid_until(&self) -> Instant {

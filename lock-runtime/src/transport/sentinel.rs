@@ -138,7 +138,7 @@ impl SentinelLink {
             }
             me.suspected.store(false, Ordering::Release);
             if let Err(e) = me.resolve().await {
-                tracing::debug!(master = %me.master, error = %e, "Sentinels did not name a primary yet; asking again on the next failure");
+                tracing::debug!(target: "lock_runtime", master = %me.master, error = %e, "Sentinels did not name a primary yet; asking again on the next failure");
             }
         });
     }
@@ -173,10 +173,13 @@ impl SentinelLink {
             });
         match previous {
             Some(old) => tracing::info!(
+                target: "lock_runtime",
                 master = %self.master, from = %old.addr, to = %addr,
                 "Sentinel named a new primary; following it"
             ),
-            None => tracing::debug!(master = %self.master, %addr, "Sentinel named the primary"),
+            None => {
+                tracing::debug!(target: "lock_runtime", master = %self.master, %addr, "Sentinel named the primary")
+            }
         }
         if let Some(f) = self.on_switch.get() {
             f(&info);

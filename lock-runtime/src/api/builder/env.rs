@@ -31,6 +31,32 @@ impl LockerBuilder {
         Self::from_vars(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
     }
 
+    /// Where [`from_vars`](Self::from_vars) takes the deployment from: the first variable of
+    /// its order that is set, or the built-in default.
+    pub(crate) fn source_of(var: impl Fn(&str) -> Option<String>) -> &'static str {
+        [
+            ("LOCK_REDIS_CLUSTER", "LOCK_REDIS_CLUSTER"),
+            (
+                "LOCK_REDIS_SENTINELS",
+                "LOCK_REDIS_SENTINELS and LOCK_REDIS_SENTINEL_MASTER",
+            ),
+            ("LOCK_REDIS_URL", "LOCK_REDIS_URL"),
+            ("REDIS_URL", "REDIS_URL"),
+        ]
+        .into_iter()
+        .find(|(name, _)| var(name).is_some())
+        .map_or(
+            "the built-in default (no LOCK_REDIS_CLUSTER, LOCK_REDIS_SENTINELS, LOCK_REDIS_URL \
+             or REDIS_URL is set)",
+            |(_, said)| said,
+        )
+    }
+
+    /// Where [`from_env`](Self::from_env) takes the deployment from.
+    pub(crate) fn env_source() -> &'static str {
+        Self::source_of(|name| std::env::var(name).ok().filter(|v| !v.trim().is_empty()))
+    }
+
     /// [`from_env`](Self::from_env) over any source of variables (tested without touching the
     /// process environment).
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, LockError> {
@@ -103,6 +129,31 @@ mod tests {
                 .find(|(n, _)| *n == name)
                 .map(|(_, v)| (*v).to_owned())
         })
+    }
+
+    #[test]
+    fn the_source_is_the_variable_the_deployment_came_from() {
+        let source = |vars: &[(&str, &str)]| {
+            LockerBuilder::source_of(|name| {
+                vars.iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| (*v).to_owned())
+            })
+        };
+        assert!(source(&[]).starts_with("the built-in default"));
+        assert_eq!(
+            source(&[("REDIS_URL", "r"), ("LOCK_REDIS_URL", "l")]),
+            "LOCK_REDIS_URL"
+        );
+        assert_eq!(
+            source(&[("REDIS_URL", "r"), ("LOCK_REDIS_REPLICAS", "1")]),
+            "REDIS_URL"
+        );
+        assert_eq!(
+            source(&[("LOCK_REDIS_SENTINELS", "s"), ("LOCK_REDIS_URL", "l")]),
+            "LOCK_REDIS_SENTINELS and LOCK_REDIS_SENTINEL_MASTER"
+        );
+        assert_eq!(source(&[("LOCK_REDIS_CLUSTER", "c")]), "LOCK_REDIS_CLUSTER");
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub use env::ENV_VARS;
 use crate::acquire::Acquirer;
 use crate::deployment::{Setup, cluster, redlock, sentinel, standalone};
 use crate::model::keys::KeyFormat;
-use crate::transport::connect::Settings;
+use crate::transport::connect::{Settings, redact};
 use crate::{LockError, Locker};
 
 /// How long an unused fence counter is kept by default: 7 days.
@@ -57,6 +57,31 @@ pub(crate) enum Target {
     Cluster(Vec<String>),
     /// The primary that these Sentinels name for this master.
     Sentinel { urls: Vec<String>, master: String },
+}
+
+impl Target {
+    /// The deployment in a few words, for the log: its kind and its URLs (without credentials).
+    fn describe(&self, replicas: usize) -> String {
+        let list = |urls: &[String]| -> String {
+            let urls: Vec<String> = urls.iter().map(|u| redact(u)).collect();
+            urls.join(", ")
+        };
+        let kind = match self {
+            Self::Servers(urls) if urls.len() == 1 => format!("one server, {}", list(urls)),
+            Self::Servers(urls) => format!("Redlock over {} servers: {}", urls.len(), list(urls)),
+            Self::Cluster(urls) => format!("a Redis Cluster, from {}", list(urls)),
+            Self::Sentinel { urls, master } => {
+                format!(
+                    "the primary of `{master}`, named by the Sentinels {}",
+                    list(urls)
+                )
+            }
+        };
+        match replicas {
+            0 => kind,
+            n => format!("{kind}; replicas({n})"),
+        }
+    }
 }
 
 impl Default for LockerBuilder {
@@ -278,7 +303,13 @@ impl LockerBuilder {
         // Plain keys may be held by clients that never publish their release: poll too.
         let poll = (self.key_format == KeyFormat::Plain).then_some(PLAIN_KEY_POLL);
         let acquirer = Acquirer::new(Arc::new(deployment), suffix, poll);
-        Ok(Locker::new(acquirer, self.prefix, self.key_format))
+        let described = self.deployment.describe(self.replicas);
+        Ok(Locker::new(
+            acquirer,
+            self.prefix,
+            self.key_format,
+            described,
+        ))
     }
 
     /// Builds the locker and checks it: a majority of its nodes answer, each is the kind of
