@@ -18,7 +18,7 @@
 //! - The read-write lock (6 shared, 2 exclusive tasks, default 5 s): no exclusive holder inside
 //!   with another, with an unsafe control in which the key deleted under two shared holders
 //!   lets a writer in.
-//! - Every mode on one name (exclusive, shared, `permits = 3`, `permits = 2`; default 5 s): no
+//! - Every mode on one name (exclusive, shared, `permits = 3`, `permits = 2`; default 8 s): no
 //!   two holds of modes that exclude each other inside at once; a caller refused with `Config`
 //!   for its mode or N is counted, not a failure. Unsafe control: sections of the other modes
 //!   entered without the lock beside permit holders are crowds the checker reports.
@@ -680,7 +680,7 @@ async fn read_write_control_a_key_deleted_under_shared_holders_lets_a_writer_in(
     assert_eq!(report.violations(), 0, "{report}");
 }
 
-/// Workers of every mode on one name under the lock soak's faults (`SOAK_SECS`, default 5 s): 2
+/// Workers of every mode on one name under the lock soak's faults (`SOAK_SECS`, default 8 s): 2
 /// exclusive, 2 shared, 3 with `permits = 3` and 2 with `permits = 2` (`permits = 1` is the
 /// exclusive mode: one code path). Never two holds inside at once whose modes exclude each
 /// other (an exclusive hold with any other, a shared hold with a permit, permits of 3 with
@@ -701,7 +701,7 @@ async fn soak_mixed_modes_random_faults_no_incompatible_holders_inside() {
         Permit(2),
         Permit(2),
     ];
-    let soak = slots_soak("soak-mixed", &kinds, Forcing::Mixed(3), 5).await;
+    let soak = slots_soak("soak-mixed", &kinds, Forcing::Mixed(3), 8).await;
     // Two holders of a mode that shares the name inside together at least once.
     assert_sound(&soak, 2);
 }

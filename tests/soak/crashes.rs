@@ -302,10 +302,10 @@ impl CrashSoak {
             .iter()
             .map(|j| j.wait.end.saturating_duration_since(j.free));
         println!(
-            "{} shared holder processes killed while holding (lease {DEAD_LEASE:?}); {} live holds; \
-             {} writer waits (longest {longest:?}), {by_dead} of them for a killed holder's lease; \
-             the lock in hand at most {:?} after it came free, {} waits late (more than \
-             {MARGIN:?}); {} failed calls",
+            "{} shared holder processes killed while holding (lease {DEAD_LEASE:?}); {} live \
+             holds; {} writer waits (longest {longest:?}), {by_dead} of them for a killed \
+             holder's lease; the lock in hand at most {:?} after it came free, {} waits late \
+             (more than {MARGIN:?}); {} failed calls",
             self.crashes,
             self.live_holds,
             self.judged.len(),

@@ -1,11 +1,12 @@
 //! The slow-link soak: leases of 1 s held through the rig's two fault proxies while each proxy's
 //! delay goes from 0 to 300 ms each way: a faster link (0 to 250 ms, 300-700 ms long) and the
 //! slowest (300 ms, a round trip of more than half the lease, 700-1200 ms long: a lease is taken
-//! and renewed over it) by turns. A loss is false when the server still held the key for that lease at the moment the
-//! lease reported it: its key, read straight from the server (not through a proxy), still held
-//! its token with time left. Its renewals got through, only slowly, and nobody else could have
-//! had the lock. A loss reported while this process's runtime had stalled (a loaded machine: no
-//! renewal could go out in time, whatever the engine) is excused and counted apart.
+//! and renewed over it) by turns. A loss is false when the server still held the key for that
+//! lease at the moment the lease reported it: its key, read straight from the server (not
+//! through a proxy), still held its token with time left. Its renewals got through, only
+//! slowly, and nobody else could have had the lock. A loss reported while this process's runtime
+//! had stalled (a loaded machine: no renewal could go out in time, whatever the engine) is
+//! excused and counted apart.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -224,16 +225,15 @@ async fn slow_down(rig: &Rig, proxy: usize, timeline: &Timeline, seed: u64, unti
             false => (ms(rng.pick(&FAST)), rng.ms(300, 700)),
             true => (ms(SLOW), rng.ms(700, 1_200)),
         };
-        p.delay(delay);
-        tokio::time::sleep(lasting).await;
-        let to = Instant::now();
         let phase = Phase {
             proxy,
             from,
-            to,
+            to: from + lasting,
             delay,
         };
         timeline.phases.lock().unwrap().push(phase);
+        p.delay(delay);
+        tokio::time::sleep(lasting).await;
     }
     p.pass();
 }
@@ -352,8 +352,9 @@ impl SlowSoak {
             .partition(|l| !l.stalled);
         let stalls = t.stalls.lock().unwrap().len();
         println!(
-            "{} holds, {slow_holds} of them through a renewal period at {:?} each way; {} losses reported: {} false (the server still held the key), {} more while \
-             the runtime had stalled ({stalls} stalls of {STALL:?} or more), {} true",
+            "{} holds, {slow_holds} of them through a renewal period at {:?} each way; {} losses \
+             reported: {} false (the server still held the key), {} more while the runtime had \
+             stalled ({stalls} stalls of {STALL:?} or more), {} true",
             holds.len(),
             ms(SLOW),
             losses.len(),
