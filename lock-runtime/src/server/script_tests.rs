@@ -256,6 +256,149 @@ fn acquire(what: &'static str) -> Row {
     }
 }
 
+/// The keys a row writes before its call, with their expiries.
+type Before = Vec<(&'static str, Data, Option<u64>)>;
+/// The keys a row checks after its call, with their expiries.
+type After = Vec<(&'static str, Data, Ttl)>;
+
+/// ACQUIRE by waiter `w1` (grace 3 s), whose previous attempt's token is `previous`.
+fn waiter_row(what: &'static str, previous: &'static str) -> Row {
+    Row {
+        args: vec![
+            "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", previous,
+        ],
+        ..acquire(what)
+    }
+}
+
+/// RENEW of the lock's key for 2 s, under `token`, that renews it (1) or not (0).
+fn renew_row(
+    what: &'static str,
+    before: Before,
+    token: &'static str,
+    reply: i64,
+    after: After,
+) -> Row {
+    Row {
+        what,
+        script: &RENEW,
+        before,
+        keys: vec![LOCK],
+        args: vec![token, "2000"],
+        reply: Arr(vec![Int(reply)]),
+        after,
+    }
+}
+
+/// RENEW of the place `r1 7` in the shared holders' set, scored `score` before.
+fn member_row(what: &'static str, score: Score, reply: i64, after: Data) -> Row {
+    Row {
+        keys: vec![READERS],
+        args: vec!["r1 7", "2000"],
+        ..renew_row(
+            what,
+            vec![(READERS, Zset(vec![(score, "r1 7")]), Some(500))],
+            "",
+            reply,
+            vec![(READERS, after, Ttl::Any)],
+        )
+    }
+}
+
+/// RELEASE of the lock's key with its queue and counter declared.
+fn release_row(
+    what: &'static str,
+    before: Before,
+    args: Vec<&'static str>,
+    reply: Reply,
+    after: After,
+) -> Row {
+    Row {
+        what,
+        script: &RELEASE,
+        before,
+        keys: vec![LOCK, QUEUE, FENCE_KEY],
+        args,
+        reply,
+        after,
+    }
+}
+
+/// RELEASE's arguments that go the whole way (look at the queue, publish).
+const WHOLE: [&str; 5] = ["t;w=0", "60000", "0", "PUBLISH", "0"];
+
+/// RELEASE of permit 0 of 2 (`other`: what permit 1 holds), and what the lock's key holds after.
+fn permit_release_row(what: &'static str, other: Option<&'static str>, mark_after: Data) -> Row {
+    let mut before = vec![
+        (LOCK, Str("permits:2"), Some(5000)),
+        (P0, Str("t;w=0"), Some(5000)),
+    ];
+    before.extend(other.map(|v| (P1, Str(v), Some(5000))));
+    Row {
+        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
+        ..release_row(
+            what,
+            before,
+            vec!["t;w=0", "60000"],
+            Int(1),
+            vec![(P0, Absent, Ttl::Any), (LOCK, mark_after, Ttl::Any)],
+        )
+    }
+}
+
+/// ACQUIRE_PERMIT of one of 2 permits for `t1;w=0`, ttl 2 s.
+fn permit_row(what: &'static str, before: Before, reply: Reply, after: After) -> Row {
+    Row {
+        what,
+        script: &ACQUIRE_PERMIT,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, P0, P1],
+        args: vec!["t1;w=0", "2000", "1", "60000", "2"],
+        reply,
+        after,
+    }
+}
+
+/// ACQUIRE_SHARED for `r1;w=0`, lease 2 s.
+fn shared_row(what: &'static str, before: Before, reply: Reply, after: After) -> Row {
+    Row {
+        what,
+        script: &ACQUIRE_SHARED,
+        before,
+        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, READERS],
+        args: vec!["r1;w=0", "2000", "1", "60000", "PUBLISH"],
+        reply,
+        after,
+    }
+}
+
+/// RELEASE_SHARED of the holder at `place` in the shared hold `shared:r1;w=0`.
+fn release_shared_row(
+    what: &'static str,
+    before: Before,
+    place: &'static str,
+    reply: Reply,
+    after: After,
+) -> Row {
+    Row {
+        what,
+        script: &RELEASE_SHARED,
+        before,
+        keys: vec![LOCK, READERS, QUEUE, FENCE_KEY],
+        args: vec!["shared:r1;w=0", place, "60000", "PUBLISH", "0"],
+        reply,
+        after,
+    }
+}
+
+/// A shared hold of `shared:r1;w=0` for 5 s with these places.
+fn shared_held(members: Vec<(Score, &'static str)>) -> Before {
+    vec![
+        (LOCK, Str("shared:r1;w=0"), Some(5000)),
+        (READERS, Zset(members), Some(5000)),
+    ]
+}
+
 #[tokio::test]
 async fn acquire_table() {
     let mut rows = Vec::new();
@@ -267,12 +410,6 @@ async fn acquire_table() {
 
 /// Rows of `acquire_table`, part 1 of 3.
 fn acquire_table_rows_0() -> Vec<Row> {
-    let waiter = |what, previous: &'static str| Row {
-        args: vec![
-            "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", previous,
-        ],
-        ..acquire(what)
-    };
     vec![
         Row {
             after: vec![
@@ -326,19 +463,13 @@ fn acquire_table_rows_0() -> Vec<Row> {
                     Ttl::About(12000),
                 ),
             ],
-            ..waiter("a waiter queues and marks the holder's value", "")
+            ..waiter_row("a waiter queues and marks the holder's value", "")
         },
     ]
 }
 
 /// Rows of `acquire_table`, part 2 of 3.
 fn acquire_table_rows_1() -> Vec<Row> {
-    let waiter = |what, previous: &'static str| Row {
-        args: vec![
-            "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", previous,
-        ],
-        ..acquire(what)
-    };
     vec![
         Row {
             before: vec![
@@ -360,7 +491,7 @@ fn acquire_table_rows_1() -> Vec<Row> {
                 (QUEUE, Absent, Ttl::Any),
                 (STATES, Absent, Ttl::Any),
             ],
-            ..waiter("handed to this waiter by id: taken, out of the queue", "")
+            ..waiter_row("handed to this waiter by id: taken, out of the queue", "")
         },
         Row {
             before: vec![
@@ -376,7 +507,7 @@ fn acquire_table_rows_1() -> Vec<Row> {
                 (LOCK, Str("t1;w=1"), Ttl::About(2000)),
                 (QUEUE, Zset(vec![(Abs(2), "w2")]), Ttl::Any),
             ],
-            ..waiter(
+            ..waiter_row(
                 "granted to the previous attempt: taken, marked for the next",
                 "p1;w=0",
             )
@@ -474,53 +605,44 @@ async fn renew_table() {
 
 /// Rows of `renew_table`, part 1 of 3.
 fn renew_table_rows_0() -> Vec<Row> {
-    let renew = |what, before: Vec<(&'static str, Data, Option<u64>)>, token, reply, after| Row {
-        what,
-        script: &RENEW,
-        before,
-        keys: vec![LOCK],
-        args: vec![token, "2000"],
-        reply: Arr(vec![Int(reply)]),
-        after,
-    };
     vec![
-        renew(
+        renew_row(
             "ours: extended to the ttl",
             vec![(LOCK, Str("t;w=0"), Some(500))],
             "t;w=0",
             1,
             vec![(LOCK, Str("t;w=0"), Ttl::About(2000))],
         ),
-        renew(
+        renew_row(
             "not ours: untouched",
             vec![(LOCK, Str("o;w=0"), Some(500))],
             "t;w=0",
             0,
             vec![(LOCK, Str("o;w=0"), Ttl::About(500))],
         ),
-        renew(
+        renew_row(
             "ours with the waiters' mark",
             vec![(LOCK, Str("t;w=1"), Some(500))],
             "t;w=0",
             1,
             vec![(LOCK, Str("t;w=1"), Ttl::About(2000))],
         ),
-        renew("no key", vec![], "t;w=0", 0, vec![(LOCK, Absent, Ttl::Any)]),
-        renew(
+        renew_row("no key", vec![], "t;w=0", 0, vec![(LOCK, Absent, Ttl::Any)]),
+        renew_row(
             "a shared key is never shortened",
             vec![(LOCK, Str("shared:s;w=0"), Some(5000))],
             "shared:s;w=0",
             1,
             vec![(LOCK, Str("shared:s;w=0"), Ttl::About(5000))],
         ),
-        renew(
+        renew_row(
             "a shared key is extended",
             vec![(LOCK, Str("shared:s;w=0"), Some(500))],
             "shared:s;w=0",
             1,
             vec![(LOCK, Str("shared:s;w=0"), Ttl::About(2000))],
         ),
-        renew(
+        renew_row(
             "the mark of permits is never shortened",
             vec![(LOCK, Str("permits:3"), Some(5000))],
             "permits:3",
@@ -532,34 +654,14 @@ fn renew_table_rows_0() -> Vec<Row> {
 
 /// Rows of `renew_table`, part 2 of 3.
 fn renew_table_rows_1() -> Vec<Row> {
-    let renew = |what, before: Vec<(&'static str, Data, Option<u64>)>, token, reply, after| Row {
-        what,
-        script: &RENEW,
-        before,
-        keys: vec![LOCK],
-        args: vec![token, "2000"],
-        reply: Arr(vec![Int(reply)]),
-        after,
-    };
-    let member = |what, score, reply, after: Data| Row {
-        keys: vec![READERS],
-        args: vec!["r1 7", "2000"],
-        ..renew(
-            what,
-            vec![(READERS, Zset(vec![(score, "r1 7")]), Some(500))],
-            "",
-            reply,
-            vec![(READERS, after, Ttl::Any)],
-        )
-    };
     vec![
-        member(
+        member_row(
             "a live shared holder's place moves to its new expiry",
             Rel(500),
             1,
             Zset(vec![(Rel(2000), "r1 7")]),
         ),
-        member(
+        member_row(
             "a shared holder whose lease ran out is not renewed",
             Rel(-50),
             0,
@@ -567,7 +669,7 @@ fn renew_table_rows_1() -> Vec<Row> {
         ),
         Row {
             args: vec!["r2 8", "2000"],
-            ..member(
+            ..member_row(
                 "not among the shared holders",
                 Rel(500),
                 0,
@@ -622,31 +724,22 @@ async fn release_table() {
 
 /// Rows of `release_table`, part 1 of 4.
 fn release_table_rows_0() -> Vec<Row> {
-    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
-        what,
-        script: &RELEASE,
-        before,
-        keys: vec![LOCK, QUEUE, FENCE_KEY],
-        args,
-        reply,
-        after,
-    };
     vec![
-        release(
+        release_row(
             "ours: deleted",
             vec![(LOCK, Str("t;w=0"), Some(5000))],
             vec!["t;w=0"],
             Int(1),
             vec![(LOCK, Absent, Ttl::Any)],
         ),
-        release(
+        release_row(
             "not ours: untouched",
             vec![(LOCK, Str("o;w=0"), Some(5000))],
             vec!["t;w=0"],
             Int(0),
             vec![(LOCK, Str("o;w=0"), Ttl::About(5000))],
         ),
-        release(
+        release_row(
             "a fence to record: the counter is raised, kept for the retention",
             vec![(LOCK, Str("t;w=0"), Some(5000))],
             vec!["t;w=0", "60000", "100"],
@@ -656,7 +749,7 @@ fn release_table_rows_0() -> Vec<Row> {
                 (FENCE_KEY, Str("100"), Ttl::About(60000)),
             ],
         ),
-        release(
+        release_row(
             "a fence below the counter: the counter stays",
             vec![
                 (LOCK, Str("t;w=0"), Some(5000)),
@@ -671,32 +764,22 @@ fn release_table_rows_0() -> Vec<Row> {
 
 /// Rows of `release_table`, part 2 of 4.
 fn release_table_rows_1() -> Vec<Row> {
-    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
-        what,
-        script: &RELEASE,
-        before,
-        keys: vec![LOCK, QUEUE, FENCE_KEY],
-        args,
-        reply,
-        after,
-    };
-    let whole = vec!["t;w=0", "60000", "0", "PUBLISH", "0"];
     vec![
-        release(
+        release_row(
             "kept for min_hold under a value no lease renews",
             vec![(LOCK, Str("t;w=0"), Some(5000))],
             vec!["t;w=0", "60000", "0", "PUBLISH", "3000"],
             Int(1),
             vec![(LOCK, Str("t;w=0:released"), Ttl::About(3000))],
         ),
-        release(
+        release_row(
             "a waiter queued: granted to its last attempt for its grace",
             vec![
                 (LOCK, Str("t;w=1"), Some(5000)),
                 (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
                 (STATES, Hash(vec![("w1", "n1;w=0 2000 3000")]), None),
             ],
-            whole.clone(),
+            WHOLE.to_vec(),
             s("~w1 n1;w=0 1*"),
             vec![
                 (LOCK, Str("n1;w=0"), Ttl::About(3000)),
@@ -705,14 +788,14 @@ fn release_table_rows_1() -> Vec<Row> {
                 (FENCE_KEY, Str("1*"), Ttl::About(60000)),
             ],
         ),
-        release(
+        release_row(
             "a waiter without a ttl (shared, permits): handed over by id",
             vec![
                 (LOCK, Str("t;w=1"), Some(5000)),
                 (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
                 (STATES, Hash(vec![("w1", "n1 3000")]), None),
             ],
-            whole.clone(),
+            WHOLE.to_vec(),
             s("~w1"),
             vec![
                 (LOCK, Str("~w1"), Ttl::About(3000)),
@@ -724,59 +807,30 @@ fn release_table_rows_1() -> Vec<Row> {
 
 /// Rows of `release_table`, part 3 of 4.
 fn release_table_rows_2() -> Vec<Row> {
-    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
-        what,
-        script: &RELEASE,
-        before,
-        keys: vec![LOCK, QUEUE, FENCE_KEY],
-        args,
-        reply,
-        after,
-    };
-    let whole = vec!["t;w=0", "60000", "0", "PUBLISH", "0"];
-    let permit = |what, other: Option<&'static str>, mark_after: Data| Row {
-        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
-        ..release(
-            what,
-            [
-                vec![
-                    (LOCK, Str("permits:2"), Some(5000)),
-                    (P0, Str("t;w=0"), Some(5000)),
-                ],
-                other
-                    .map(|v| vec![(P1, Str(v), Some(5000))])
-                    .unwrap_or_default(),
-            ]
-            .concat(),
-            vec!["t;w=0", "60000"],
-            Int(1),
-            vec![(P0, Absent, Ttl::Any), (LOCK, mark_after, Ttl::Any)],
-        )
-    };
     vec![
-        release(
+        release_row(
             "the head left the queue's states: freed",
             vec![
                 (LOCK, Str("t;w=1"), Some(5000)),
                 (QUEUE, Zset(vec![(Abs(1), "w1")]), None),
             ],
-            whole.clone(),
+            WHOLE.to_vec(),
             Int(1),
             vec![(LOCK, Absent, Ttl::Any)],
         ),
-        release(
+        release_row(
             "a queue name of another type is no queue",
             vec![(LOCK, Str("t;w=1"), Some(5000)), (QUEUE, Str("x"), None)],
-            whole.clone(),
+            WHOLE.to_vec(),
             Int(1),
             vec![(LOCK, Absent, Ttl::Any), (QUEUE, Str("x"), Ttl::None)],
         ),
-        permit(
+        permit_release_row(
             "the last permit out frees the lock's key of its mark",
             None,
             Absent,
         ),
-        permit(
+        permit_release_row(
             "a permit out with another held: the mark stays",
             Some("o;w=0"),
             Str("permits:2"),
@@ -786,18 +840,9 @@ fn release_table_rows_2() -> Vec<Row> {
 
 /// Rows of `release_table`, part 4 of 4.
 fn release_table_rows_3() -> Vec<Row> {
-    let release = |what, before, args: Vec<&'static str>, reply, after| Row {
-        what,
-        script: &RELEASE,
-        before,
-        keys: vec![LOCK, QUEUE, FENCE_KEY],
-        args,
-        reply,
-        after,
-    };
     vec![Row {
         keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
-        ..release(
+        ..release_row(
             "a permit kept for min_hold keeps the mark as long",
             vec![
                 (LOCK, Str("permits:2"), Some(1000)),
@@ -823,17 +868,8 @@ async fn acquire_permit_table() {
 
 /// Rows of `acquire_permit_table`, part 1 of 2.
 fn acquire_permit_table_rows_0() -> Vec<Row> {
-    let row = |what, before, reply, after| Row {
-        what,
-        script: &ACQUIRE_PERMIT,
-        before,
-        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, P0, P1],
-        args: vec!["t1;w=0", "2000", "1", "60000", "2"],
-        reply,
-        after,
-    };
     vec![
-        row(
+        permit_row(
             "free: permit 0, and the lock's key marked",
             vec![],
             Arr(vec![Int(1), Fence, Int(0)]),
@@ -843,7 +879,7 @@ fn acquire_permit_table_rows_0() -> Vec<Row> {
                 (FENCE_KEY, Str("1*"), Ttl::About(60000)),
             ],
         ),
-        row(
+        permit_row(
             "one held: the other, and the mark extended",
             vec![
                 (LOCK, Str("permits:2"), Some(500)),
@@ -855,25 +891,25 @@ fn acquire_permit_table_rows_0() -> Vec<Row> {
                 (LOCK, Str("permits:2"), Ttl::About(2000)),
             ],
         ),
-        row(
+        permit_row(
             "another N holds the name",
             vec![(LOCK, Str("permits:3"), Some(5000))],
             Arr(vec![Int(-3), s("permits:3")]),
             vec![(P0, Absent, Ttl::Any)],
         ),
-        row(
+        permit_row(
             "an exclusive holder",
             vec![(LOCK, Str("o;w=0"), Some(5000))],
             Arr(vec![Int(-3), s("o;w=0")]),
             vec![(P0, Absent, Ttl::Any)],
         ),
-        row(
+        permit_row(
             "a shared hold",
             vec![(LOCK, Str("shared:o;w=0"), Some(5000))],
             Arr(vec![Int(-3), s("shared:o;w=0")]),
             vec![(P0, Absent, Ttl::Any)],
         ),
-        row(
+        permit_row(
             "every permit held: the soonest expiry",
             vec![
                 (LOCK, Str("permits:2"), Some(6000)),
@@ -888,17 +924,8 @@ fn acquire_permit_table_rows_0() -> Vec<Row> {
 
 /// Rows of `acquire_permit_table`, part 2 of 2.
 fn acquire_permit_table_rows_1() -> Vec<Row> {
-    let row = |what, before, reply, after| Row {
-        what,
-        script: &ACQUIRE_PERMIT,
-        before,
-        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, P0, P1],
-        args: vec!["t1;w=0", "2000", "1", "60000", "2"],
-        reply,
-        after,
-    };
     vec![
-        row(
+        permit_row(
             "a permit free, but a waiter before this caller",
             vec![
                 (LOCK, Str("permits:2"), Some(6000)),
@@ -909,13 +936,13 @@ fn acquire_permit_table_rows_1() -> Vec<Row> {
             Arr(vec![Int(2), s("w0"), s("n0 2000 3000")]),
             vec![(P1, Absent, Ttl::Any)],
         ),
-        row(
+        permit_row(
             "the lock's key holds another type",
             vec![(LOCK, List, None)],
             Arr(vec![Int(-1), s("list")]),
             vec![(P0, Absent, Ttl::Any)],
         ),
-        row(
+        permit_row(
             "the queue's states hold another type",
             vec![(STATES, Str("x"), None)],
             Arr(vec![Int(-1), s("string"), s(STATES)]),
@@ -985,17 +1012,8 @@ async fn acquire_shared_table() {
 
 /// Rows of `acquire_shared_table`, part 1 of 2.
 fn acquire_shared_table_rows_0() -> Vec<Row> {
-    let row = |what, before, reply, after| Row {
-        what,
-        script: &ACQUIRE_SHARED,
-        before,
-        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, READERS],
-        args: vec!["r1;w=0", "2000", "1", "60000", "PUBLISH"],
-        reply,
-        after,
-    };
     vec![
-        row(
+        shared_row(
             "free: the key marked shared, this holder's place scored by its expiry",
             vec![],
             Arr(vec![Int(1), Fence, s("shared:r1;w=0"), s("r1;w=0 1*")]),
@@ -1008,7 +1026,7 @@ fn acquire_shared_table_rows_0() -> Vec<Row> {
                 ),
             ],
         ),
-        row(
+        shared_row(
             "joins a shared hold: the key extended, dead holders' places gone",
             vec![
                 (LOCK, Str("shared:r0;w=0"), Some(500)),
@@ -1028,19 +1046,19 @@ fn acquire_shared_table_rows_0() -> Vec<Row> {
                 ),
             ],
         ),
-        row(
+        shared_row(
             "an exclusive holder: busy",
             vec![(LOCK, Str("o;w=0"), Some(5000))],
             Arr(vec![Int(0), AboutMs(5000)]),
             vec![(READERS, Absent, Ttl::Any)],
         ),
-        row(
+        shared_row(
             "permits hold the name",
             vec![(LOCK, Str("permits:2"), Some(5000))],
             Arr(vec![Int(-3), s("permits:2")]),
             vec![(READERS, Absent, Ttl::Any)],
         ),
-        row(
+        shared_row(
             "the holders' set holds another type",
             vec![(READERS, Str("x"), None)],
             Arr(vec![Int(-1), s("string"), s(READERS)]),
@@ -1051,16 +1069,7 @@ fn acquire_shared_table_rows_0() -> Vec<Row> {
 
 /// Rows of `acquire_shared_table`, part 2 of 2.
 fn acquire_shared_table_rows_1() -> Vec<Row> {
-    let row = |what, before, reply, after| Row {
-        what,
-        script: &ACQUIRE_SHARED,
-        before,
-        keys: vec![LOCK, FENCE_KEY, QUEUE, STATES, READERS],
-        args: vec!["r1;w=0", "2000", "1", "60000", "PUBLISH"],
-        reply,
-        after,
-    };
-    vec![row(
+    vec![shared_row(
         "an exclusive waiter first in line: its turn",
         vec![
             (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
@@ -1081,32 +1090,17 @@ async fn release_shared_table() {
 
 /// Rows of `release_shared_table`, part 1 of 2.
 fn release_shared_table_rows_0() -> Vec<Row> {
-    let row = |what, before, place, reply, after| Row {
-        what,
-        script: &RELEASE_SHARED,
-        before,
-        keys: vec![LOCK, READERS, QUEUE, FENCE_KEY],
-        args: vec!["shared:r1;w=0", place, "60000", "PUBLISH", "0"],
-        reply,
-        after,
-    };
-    let held = |members: Vec<(Score, &'static str)>| {
-        vec![
-            (LOCK, Str("shared:r1;w=0"), Some(5000)),
-            (READERS, Zset(members), Some(5000)),
-        ]
-    };
     vec![
-        row(
+        release_shared_row(
             "the last one out: the key and the set deleted",
-            held(vec![(Rel(2000), "r1;w=0 5")]),
+            shared_held(vec![(Rel(2000), "r1;w=0 5")]),
             "r1;w=0 5",
             Int(1),
             vec![(LOCK, Absent, Ttl::Any), (READERS, Absent, Ttl::Any)],
         ),
-        row(
+        release_shared_row(
             "others hold: the key cut down to the longest of their leases",
-            held(vec![(Rel(4000), "r1;w=0 5"), (Rel(1000), "r2;w=0 6")]),
+            shared_held(vec![(Rel(4000), "r1;w=0 5"), (Rel(1000), "r2;w=0 6")]),
             "r1;w=0 5",
             Int(1),
             vec![
@@ -1114,28 +1108,28 @@ fn release_shared_table_rows_0() -> Vec<Row> {
                 (READERS, Zset(vec![(Rel(1000), "r2;w=0 6")]), Ttl::Any),
             ],
         ),
-        row(
+        release_shared_row(
             "only the token known: its place found",
-            held(vec![(Rel(2000), "r1;w=0 5"), (Rel(2000), "r2;w=0 6")]),
+            shared_held(vec![(Rel(2000), "r1;w=0 5"), (Rel(2000), "r2;w=0 6")]),
             "r2;w=0",
             Int(1),
             vec![(READERS, Zset(vec![(Rel(2000), "r1;w=0 5")]), Ttl::Any)],
         ),
-        row(
+        release_shared_row(
             "a dead holder is not counted: the last live one releases",
-            held(vec![(Rel(2000), "r1;w=0 5"), (Rel(-100), "r2;w=0 6")]),
+            shared_held(vec![(Rel(2000), "r1;w=0 5"), (Rel(-100), "r2;w=0 6")]),
             "r1;w=0 5",
             Int(1),
             vec![(LOCK, Absent, Ttl::Any), (READERS, Absent, Ttl::Any)],
         ),
-        row(
+        release_shared_row(
             "not among the holders: nothing touched",
-            held(vec![(Rel(2000), "r2;w=0 6")]),
+            shared_held(vec![(Rel(2000), "r2;w=0 6")]),
             "r1;w=0 5",
             Int(0),
             vec![(LOCK, Str("shared:r1;w=0"), Ttl::About(5000))],
         ),
-        row(
+        release_shared_row(
             "the key is not shared: nothing touched",
             vec![(LOCK, Str("o;w=0"), Some(5000))],
             "r1;w=0 5",
@@ -1147,26 +1141,11 @@ fn release_shared_table_rows_0() -> Vec<Row> {
 
 /// Rows of `release_shared_table`, part 2 of 2.
 fn release_shared_table_rows_1() -> Vec<Row> {
-    let row = |what, before, place, reply, after| Row {
-        what,
-        script: &RELEASE_SHARED,
-        before,
-        keys: vec![LOCK, READERS, QUEUE, FENCE_KEY],
-        args: vec!["shared:r1;w=0", place, "60000", "PUBLISH", "0"],
-        reply,
-        after,
-    };
-    let held = |members: Vec<(Score, &'static str)>| {
-        vec![
-            (LOCK, Str("shared:r1;w=0"), Some(5000)),
-            (READERS, Zset(members), Some(5000)),
-        ]
-    };
     vec![Row {
         args: vec!["shared:r1;w=0", "r1;w=0 5", "60000", "PUBLISH", "3000"],
-        ..row(
+        ..release_shared_row(
             "the last one out with min_hold: kept under a value no lease renews",
-            held(vec![(Rel(2000), "r1;w=0 5")]),
+            shared_held(vec![(Rel(2000), "r1;w=0 5")]),
             "",
             Int(1),
             vec![(LOCK, Str("r1;w=0:released"), Ttl::About(3000))],
