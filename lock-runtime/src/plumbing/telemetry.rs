@@ -161,28 +161,21 @@ pub(crate) fn ended(label: Label<'_>, started: Instant) {
 /// A held lease taken at `started` was lost: under a locked call's `body`, which is cancelled,
 /// or taken by hand.
 pub(crate) fn lost(label: Label<'_>, reason: LostReason, started: Instant, body: bool) {
-    if body {
-        tracing::warn!(
-            target: "lock_runtime::hold",
-            lock = label.name,
-            template = label.template,
-            mode = label.mode,
-            %reason,
-            held_ms = ms_since(started),
-            "lock lost while held; the body is cancelled"
-        );
+    let what = if body {
+        "lock lost while held; the body is cancelled"
     } else {
-        tracing::warn!(
-            target: "lock_runtime::hold",
-            lock = label.name,
-            template = label.template,
-            mode = label.mode,
-            %reason,
-            held_ms = ms_since(started),
-            "lock lost while held by a lease taken by hand; nothing is cancelled: its holder \
-             learns it from `Lease::lost` or `Lease::is_held`"
-        );
-    }
+        "lock lost while held by a lease taken by hand; nothing is cancelled: its holder learns \
+         it from `Lease::lost` or `Lease::is_held`"
+    };
+    tracing::warn!(
+        target: "lock_runtime::hold",
+        lock = label.name,
+        template = label.template,
+        mode = label.mode,
+        %reason,
+        held_ms = ms_since(started),
+        "{what}"
+    );
     #[cfg(feature = "metrics")]
     metrics::counter!("lock_lost_total", "lock" => label.value(), "mode" => label.mode)
         .increment(1);
