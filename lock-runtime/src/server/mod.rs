@@ -3,6 +3,7 @@
 //! notifications live in `pubsub`.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -94,6 +95,8 @@ pub(crate) struct Node {
     settings: Settings,
     rtt: Arc<RoundTrip>,
     notifications: Arc<Notifications>,
+    /// A renewal went through: the server has the renewal script.
+    renew_loaded: AtomicBool,
     /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
     replicas: usize,
     /// The bounds of this node's requests, in the schedule its locker's nodes share.
@@ -215,6 +218,7 @@ impl Node {
             settings,
             rtt,
             notifications,
+            renew_loaded: AtomicBool::new(false),
             replicas,
             deadlines,
         }

@@ -303,16 +303,17 @@ end
 /// KEYS: lock keys. ARGV: token and ttl ms for each key, in order.
 /// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
 /// written, or with the waiters' mark set: see `ACQUIRE`).
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        r"
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_CODE));
+
+/// The text of [`RENEW`], for a `SCRIPT LOAD` sent ahead of the first renewal.
+pub(crate) const RENEW_CODE: &str = concat!(
+    r"
 local out = {}
 for i, key in ipairs(KEYS) do
   local value, token = redis.pcall('GET', key), ARGV[2 * i - 1]
   if ",
-        renew_where_ours!("ARGV[2 * i]"),
-    ))
-});
+    renew_where_ours!("ARGV[2 * i]"),
+);
 
 /// Lua, for the release scripts once the key is no longer held: with waiters queued, grants the
 /// lock to the first live one and returns (see `RELEASE`); falls through when nobody queues. Uses
