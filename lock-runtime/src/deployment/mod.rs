@@ -191,6 +191,17 @@ impl Deployment {
         &self.nodes
     }
 
+    /// How long a decision takes: the recent round trip of the server that completes a
+    /// majority (the `needed`-th fastest).
+    pub(crate) fn rtt(&self) -> Duration {
+        if let Some(node) = self.alone() {
+            return node.rtt();
+        }
+        let mut rtts: Vec<Duration> = self.nodes.iter().map(|node| node.rtt()).collect();
+        rtts.sort_unstable();
+        rtts[self.majority.needed() - 1]
+    }
+
     /// How many leases the watchdog hands to one [`Self::renew`] call.
     pub(crate) fn renew_chunk(&self) -> usize {
         self.traits.renew_chunk

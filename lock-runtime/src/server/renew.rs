@@ -4,6 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use redis::{FromRedisValue, RedisResult, ServerErrorKind, Value};
+use tokio::time::Instant;
 
 use super::Node;
 use crate::server::scripts::{self, evalsha};
@@ -27,12 +28,17 @@ impl Node {
     /// answer came. One script call per chunk of up to [`RENEW_CHUNK`] leases; on a Redis Cluster,
     /// one per primary and chunk (see [`Self::renew_on_cluster`]). Replicas asked for by
     /// `replicas(n)` must acknowledge the call, else every lease it renewed is `NotReplicated`.
+    /// Each reply is a sample of the round trip: the watchdog renews more often on a slow link.
     pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> Vec<Option<RenewReply>> {
         if let Some(cluster) = self.link.cluster() {
             return self.renew_on_cluster(cluster, items).await;
         }
+        let sent = Instant::now();
         match self.renew_call(items).await {
-            Ok(codes) => codes,
+            Ok(replies) => {
+                self.rtt.record(sent.elapsed());
+                replies
+            }
             Err(e) => {
                 tracing::debug!(node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
                 vec![None; items.len()]
@@ -125,6 +131,7 @@ impl Node {
         cluster: &ClusterLink,
         items: &[(&str, &str, u64)],
     ) -> Vec<Option<RenewReply>> {
+        let sent = Instant::now();
         let groups: Vec<(u16, Vec<usize>)> = match cluster.slot_map().await {
             Ok(map) => {
                 let mut by_owner: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -162,6 +169,7 @@ impl Node {
         for (chunk, result) in results {
             match result {
                 Ok(codes) => {
+                    self.rtt.record(sent.elapsed());
                     for (&i, code) in chunk.iter().zip(codes) {
                         match code {
                             Some(reply) => out[i] = Some(reply),

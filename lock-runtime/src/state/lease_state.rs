@@ -41,6 +41,17 @@ pub(crate) struct LeaseState {
     pub sections: tokio::sync::Mutex<()>,
 }
 
+/// How often a lease of `lease`, renewed every `renew`, is renewed when a round trip takes
+/// `rtt`: `renew`, or on a slow link half of what the validity a renewal gives leaves after one
+/// round trip, `(lease - drift - rtt) / 2`, so that the renewal sent one period after a confirmed
+/// one is confirmed with a period to spare before that validity ends. Renewals then overlap
+/// (several are in flight at once); never more often than every drift.
+pub(crate) fn renew_period(lease: Duration, renew: Duration, rtt: Duration) -> Duration {
+    let drift = crate::drift_for(lease);
+    let spare = lease.saturating_sub(drift).saturating_sub(rtt);
+    renew.min((spare / 2).max(drift))
+}
+
 /// The parts of a lease fixed at acquire time.
 pub(crate) struct Granted {
     pub name: String,
@@ -99,6 +110,11 @@ impl LeaseState {
             ended: AtomicBool::new(false),
             sections: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// How often this lease is renewed when a round trip takes `rtt` (see [`renew_period`]).
+    pub(crate) fn period(&self, rtt: Duration) -> Duration {
+        renew_period(self.ttl, self.renew, rtt)
     }
 
     /// The fencing token; 0 for a lease taken without one, until a nested call computes it.
