@@ -10,7 +10,10 @@
 //! the one sent: on a link whose round trip is long next to the lease, several renewals of a
 //! lease are in flight at once, and the period shrinks with the measured round trip (see
 //! `renew_period`). Each confirmed renewal counts from its own send time, so the lease stays
-//! valid as long as renewals reach the server in time.
+//! valid as long as renewals reach the server in time. A lease whose acquire is slow to answer
+//! is renewed before the reply comes (see `LeaseState::provisional`); a denial of such an early
+//! renewal proves nothing (the acquire may reach the server after it on another connection) and
+//! is only retried.
 //!
 //! The task runs in the runtime of the call that started it. A locker may be used from several
 //! runtimes (a process-wide default locker under `#[tokio::test]`s, each with its own), and the
@@ -415,16 +418,27 @@ async fn renew_chunk(mut outstanding: Outstanding) {
             .map(|(_, l)| Arc::clone(l))
             .collect(),
     );
+    // Renewed before their acquire was answered (usually none).
+    let early: Vec<usize> = (0..leases.len())
+        .filter(|&i| !leases[i].is_granted())
+        .collect();
     let shared = Arc::clone(&outstanding.shared);
     let verdicts = shared.deployment.renew(&leases).await;
     // Decided: no longer the drop's to make due again.
     let chunk = std::mem::take(&mut outstanding.leases);
     let mut s = shared.schedule.lock().expect("watchdog lock");
     let now = Instant::now();
-    for ((id, lease), verdict) in chunk.into_iter().zip(verdicts) {
+    for (i, ((id, lease), verdict)) in chunk.into_iter().zip(verdicts).enumerate() {
         if lease.is_ended() {
             continue;
         }
+        let verdict = match verdict {
+            // The early renewal may have reached the server before the acquire did.
+            Renewal::NotOwner | Renewal::NotReplicated if early.binary_search(&i).is_ok() => {
+                Renewal::Undecided
+            }
+            verdict => verdict,
+        };
         decide(&mut s, id, lease, verdict, sent, now);
     }
     drop(s);

@@ -22,7 +22,7 @@ pub(crate) struct LeaseState {
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
-    pub record_fence: bool,
+    record_fence: AtomicBool,
     /// The key's expiry, set again at each renewal (the options' `lease`).
     pub ttl: Duration,
     pub renew: Duration,
@@ -37,6 +37,9 @@ pub(crate) struct LeaseState {
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
+    /// The acquire's grant is known. A lease renewed early (see `LeaseState::provisional`) is
+    /// not granted until its acquire is answered.
+    granted: AtomicBool,
     /// Where the sections nested directly in the outermost call take turns (see `held`).
     pub sections: tokio::sync::Mutex<()>,
 }
@@ -86,6 +89,16 @@ impl LeaseState {
 
     /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
+        let state = Self::provisional(g);
+        state.granted.store(true, Ordering::Release);
+        state
+    }
+
+    /// The lease an acquire still unanswered would grant, so that it can be renewed before the
+    /// reply comes (on a link so slow that a renewal sent after the reply would come too late).
+    /// [`Self::grant`] makes it the lease once the acquire is granted; [`Self::discard`] drops it
+    /// otherwise.
+    pub(crate) fn provisional(g: Granted) -> Self {
         let drift = crate::drift_for(g.ttl);
         let status = StatusCell::new(Status {
             valid_until: g.started + g.set_for.saturating_sub(crate::drift_for(g.set_for)),
@@ -98,7 +111,7 @@ impl LeaseState {
             token: g.token,
             reader: g.reader,
             fence: AtomicU64::new(g.fence),
-            record_fence: g.record_fence,
+            record_fence: AtomicBool::new(g.record_fence),
             ttl: g.ttl,
             renew: g.renew,
             drift,
@@ -108,8 +121,32 @@ impl LeaseState {
             mode: g.mode,
             status,
             ended: AtomicBool::new(false),
+            granted: AtomicBool::new(false),
             sections: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The acquire of a [`Self::provisional`] lease was granted, with this fence.
+    pub(crate) fn grant(&self, fence: u64, record_fence: bool) {
+        self.set_fence(fence);
+        self.record_fence.store(record_fence, Ordering::Release);
+        self.granted.store(true, Ordering::Release);
+    }
+
+    /// Whether the acquire's grant is known (see [`Self::provisional`]).
+    pub(crate) fn is_granted(&self) -> bool {
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// Ends a [`Self::provisional`] lease whose acquire was not granted: never held, nothing to
+    /// count or log.
+    pub(crate) fn discard(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the fence counter is to be written at release (plain-command path).
+    pub(crate) fn records_fence(&self) -> bool {
+        self.record_fence.load(Ordering::Acquire)
     }
 
     /// How often this lease is renewed when a round trip takes `rtt` (see [`renew_period`]).
@@ -157,13 +194,14 @@ impl LeaseState {
     pub(crate) fn confirm(&self, sent: Instant) -> bool {
         let until = sent + self.ttl - self.drift;
         let now = Instant::now();
-        let mut lost_now = false;
+        let mut lost_now = None;
+        let expired = LostReason::ValidityExpired;
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 false
             } else if now >= s.valid_until {
-                s.lost = Some(LostReason::ValidityExpired);
-                lost_now = true;
+                s.lost = Some(expired);
+                lost_now = Some(expired);
                 true
             } else if until > s.valid_until {
                 s.valid_until = until;
@@ -172,8 +210,8 @@ impl LeaseState {
                 false
             }
         });
-        if lost_now {
-            crate::plumbing::telemetry::lost(self.label(), LostReason::ValidityExpired);
+        if let Some(reason) = lost_now {
+            self.logged_loss(reason);
         } else if self.status.get().lost.is_none() {
             crate::plumbing::telemetry::renewed(self.label(), sent.elapsed());
         }
@@ -191,6 +229,13 @@ impl LeaseState {
             }
         });
         if first && !self.is_ended() {
+            self.logged_loss(reason);
+        }
+    }
+
+    /// Logs and counts a loss; a lease whose acquire is unanswered yet was never held.
+    fn logged_loss(&self, reason: LostReason) {
+        if self.is_granted() {
             crate::plumbing::telemetry::lost(self.label(), reason);
         }
     }
