@@ -143,6 +143,13 @@ pub(crate) enum Renewal {
     Undecided,
 }
 
+/// What a renewal round decided: one [`Renewal`] per lease, and the last server error met.
+pub(crate) struct Renewals {
+    pub verdicts: Vec<Renewal>,
+    /// The last error of a server whose call failed (why a lease may be `Undecided`).
+    pub error: Option<redis::RedisError>,
+}
+
 impl Deployment {
     /// The deployment of `nodes`, which share one schedule of request bounds.
     fn new(nodes: Vec<Node>, traits: Traits, setup: &Setup<'_>) -> Self {

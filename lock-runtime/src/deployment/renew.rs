@@ -3,24 +3,24 @@
 use std::sync::Arc;
 
 use super::majority::{Tally, Verdict};
-use super::{Deployment, Renewal};
+use super::{Deployment, Renewal, Renewals};
 use crate::plumbing::fanout::Fanout;
-use crate::server::{Node, RenewReply};
+use crate::server::{Node, RenewReplies, RenewReply};
 use crate::state::lease_state::LeaseState;
 
 impl Deployment {
     /// Renews `chunk` (one script call per server), deciding each lease as soon as a majority
     /// confirmed or denied it; requests still out finish in the background.
-    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Vec<Renewal> {
+    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Renewals {
         let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
             let (node, chunk) = (Arc::clone(node), Arc::clone(chunk));
             async move { renew_on(&node, &chunk).await }
         }));
         let majority = self.majority;
-        let lease_reply = |replies: &[Option<Vec<Option<RenewReply>>>], i: usize| {
+        let lease_reply = |replies: &[Option<RenewReplies>], i: usize| {
             Tally::of(replies.iter().map(|r| {
                 r.as_ref()
-                    .map(|r| r[i].map(|reply| reply == RenewReply::Renewed))
+                    .map(|r| r.replies[i].map(|reply| reply == RenewReply::Renewed))
             }))
         };
         fanout
@@ -36,7 +36,7 @@ impl Deployment {
                 let t = lease_reply(fanout.replies(), i);
                 let unreplicated = fanout.replies().iter().any(|r| {
                     r.as_ref()
-                        .is_some_and(|r| r[i] == Some(RenewReply::NotReplicated))
+                        .is_some_and(|r| r.replies[i] == Some(RenewReply::NotReplicated))
                 });
                 match majority.verdict(t) {
                     Verdict::Yes => Renewal::Renewed,
@@ -46,15 +46,21 @@ impl Deployment {
                 }
             })
             .collect();
+        let error = fanout
+            .replies()
+            .iter()
+            .flatten()
+            .filter_map(|r| r.error.clone())
+            .next_back();
         fanout.detach();
-        verdicts
+        Renewals { verdicts, error }
     }
 }
 
 /// One server's renewal of a chunk; a lease released since the round began is left out (its
 /// key may be kept for min_hold; the release script also changes such a key's value, so a
 /// renewal already on its way cannot stretch it either).
-async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewReply>> {
+async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RenewReplies {
     let items: Vec<(&str, &str, u64)> = chunk
         .iter()
         .map(|l| {

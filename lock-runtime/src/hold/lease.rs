@@ -88,6 +88,20 @@ impl Lease {
         !self.state.is_ended() && s.lost.is_none() && Instant::now() < s.valid_until
     }
 
+    /// `Ok` while the lease is held (see [`Self::is_held`]); otherwise the error a locked call
+    /// would end with: [`LockError::Lost`] with the reason (and, for
+    /// [`LostReason::Unreachable`], the last Redis error as its source).
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        let s = self.state.status.get();
+        let reason = match s.lost {
+            Some(reason) => reason,
+            None if self.state.is_ended() => LostReason::Released,
+            None if Instant::now() >= s.valid_until => self.state.expired_reason(),
+            None => return Ok(()),
+        };
+        Err(self.state.lost_error(reason))
+    }
+
     /// Resolves when the lease is lost, with the reason; [`LostReason::Released`] once it was
     /// released (seen by a handle that outlived its outer call).
     pub async fn lost(&self) -> LostReason {
@@ -103,8 +117,9 @@ impl Lease {
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {
                     if rx.get().valid_until <= Instant::now() {
-                        self.state.mark_lost(LostReason::ValidityExpired);
-                        return LostReason::ValidityExpired;
+                        self.state.mark_lost(self.state.expired_reason());
+                        // The first reason recorded stays.
+                        return rx.get().lost.unwrap_or(LostReason::ValidityExpired);
                     }
                 }
                 _ = rx.changed() => {}
@@ -177,7 +192,7 @@ fn released(state: &LeaseState, out: &mut Result<(), LockError>) {
     match out {
         Ok(()) => crate::plumbing::telemetry::released(state.label()),
         Err(LockError::Lost { reason, .. }) => match state.status.get().lost {
-            Some(first) => *reason = first,
+            Some(first) => *out = Err(state.lost_error(first)),
             None => {
                 state.mark_lost(*reason);
                 crate::plumbing::telemetry::lost_at_release(state.label());

@@ -423,12 +423,13 @@ async fn renew_chunk(mut outstanding: Outstanding) {
         .filter(|&i| !leases[i].is_granted())
         .collect();
     let shared = Arc::clone(&outstanding.shared);
-    let verdicts = shared.deployment.renew(&leases).await;
+    let renewals = shared.deployment.renew(&leases).await;
     // Decided: no longer the drop's to make due again.
     let chunk = std::mem::take(&mut outstanding.leases);
+    let mut failed = Failed::default();
     let mut s = shared.schedule.lock().expect("watchdog lock");
     let now = Instant::now();
-    for (i, ((id, lease), verdict)) in chunk.into_iter().zip(verdicts).enumerate() {
+    for (i, ((id, lease), verdict)) in chunk.into_iter().zip(renewals.verdicts).enumerate() {
         if lease.is_ended() {
             continue;
         }
@@ -437,12 +438,38 @@ async fn renew_chunk(mut outstanding: Outstanding) {
             Renewal::NotOwner | Renewal::NotReplicated if early.binary_search(&i).is_ok() => {
                 Renewal::Undecided
             }
+            Renewal::Undecided => {
+                if let Some(error) = &renewals.error
+                    && lease.is_granted()
+                    && lease.renewal_failed(error)
+                {
+                    failed.add(&lease);
+                }
+                Renewal::Undecided
+            }
             verdict => verdict,
         };
         decide(&mut s, id, lease, verdict, sent, now);
     }
     drop(s);
     shared.wake.notify_one();
+    if let (Some(lease), Some(error)) = (failed.first, &renewals.error) {
+        crate::plumbing::telemetry::renewal_failed(lease.label(), failed.leases, error);
+    }
+}
+
+/// The leases of a chunk whose renewal failed for the first time in their hold: logged once.
+#[derive(Default)]
+struct Failed {
+    first: Option<Arc<LeaseState>>,
+    leases: usize,
+}
+
+impl Failed {
+    fn add(&mut self, lease: &Arc<LeaseState>) {
+        self.first.get_or_insert_with(|| Arc::clone(lease));
+        self.leases += 1;
+    }
 }
 
 /// Acts on what a renewal sent at `sent` came to: the lease stays in the schedule (at its next
@@ -468,7 +495,7 @@ fn decide(
             s.remove(id);
         }
         Renewal::Undecided if now >= lease.valid_until() => {
-            lease.mark_lost(LostReason::ValidityExpired);
+            lease.mark_lost(lease.expired_reason());
             s.remove(id);
         }
         Renewal::Undecided => {

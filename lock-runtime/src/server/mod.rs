@@ -36,7 +36,7 @@ mod shared;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::{PermitReply, parse_count};
-pub(crate) use renew::{RENEW_CHUNK, RenewReply};
+pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
 /// attempt (empty: none), to which a release may have granted the lock.

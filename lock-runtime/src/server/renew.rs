@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use redis::{FromRedisValue, RedisResult, ServerErrorKind, Value};
+use redis::{FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Node;
@@ -20,6 +20,14 @@ pub(crate) enum RenewReply {
     NotReplicated,
 }
 
+/// One server's answer to a renewal of many leases.
+pub(crate) struct RenewReplies {
+    /// One per lease, in order; `None` where no reply came.
+    pub replies: Vec<Option<RenewReply>>,
+    /// The last error of a call that failed (its leases have no reply).
+    pub error: Option<RedisError>,
+}
+
 /// Most leases in one renewal script call.
 pub(crate) const RENEW_CHUNK: usize = 1000;
 
@@ -29,7 +37,7 @@ impl Node {
     /// one per primary and chunk (see [`Self::renew_on_cluster`]). Replicas asked for by
     /// `replicas(n)` must acknowledge the call, else every lease it renewed is `NotReplicated`.
     /// Each reply is a sample of the round trip: the watchdog renews more often on a slow link.
-    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> Vec<Option<RenewReply>> {
+    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> RenewReplies {
         if let Some(cluster) = self.link.cluster() {
             return self.renew_on_cluster(cluster, items).await;
         }
@@ -37,11 +45,17 @@ impl Node {
         match self.renew_call(items).await {
             Ok(replies) => {
                 self.rtt.record(sent.elapsed());
-                replies
+                RenewReplies {
+                    replies,
+                    error: None,
+                }
             }
             Err(e) => {
                 tracing::debug!(node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
-                vec![None; items.len()]
+                RenewReplies {
+                    replies: vec![None; items.len()],
+                    error: Some(e),
+                }
             }
         }
     }
@@ -130,7 +144,7 @@ impl Node {
         &self,
         cluster: &ClusterLink,
         items: &[(&str, &str, u64)],
-    ) -> Vec<Option<RenewReply>> {
+    ) -> RenewReplies {
         let sent = Instant::now();
         let groups: Vec<(u16, Vec<usize>)> = match cluster.slot_map().await {
             Ok(map) => {
@@ -165,6 +179,7 @@ impl Node {
             }))
             .await;
         let mut out: Vec<Option<RenewReply>> = vec![None; items.len()];
+        let mut error = None;
         let mut elsewhere: Vec<usize> = Vec::new();
         for (chunk, result) in results {
             match result {
@@ -181,6 +196,7 @@ impl Node {
                     // Perhaps a failover: learn the slots again before the retry.
                     cluster.slot_map_is_stale();
                     tracing::debug!(node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
+                    error = Some(e);
                 }
             }
         }
@@ -192,12 +208,16 @@ impl Node {
             }))
             .await;
             for (i, result) in resent {
-                if let Ok(codes) = result {
-                    out[i] = codes.into_iter().next().flatten();
+                match result {
+                    Ok(codes) => out[i] = codes.into_iter().next().flatten(),
+                    Err(e) => error = Some(e),
                 }
             }
         }
-        out
+        RenewReplies {
+            replies: out,
+            error,
+        }
     }
 
     /// One pipeline to the cluster primary that serves `slot`: a [`scripts::RENEW_ANY_SLOT`]

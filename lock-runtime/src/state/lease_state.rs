@@ -1,5 +1,6 @@
 //! What every part of the engine knows about one held lease, and how long it is known valid.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -40,8 +41,19 @@ pub(crate) struct LeaseState {
     /// The acquire's grant is known. A lease renewed early (see `LeaseState::provisional`) is
     /// not granted until its acquire is answered.
     granted: AtomicBool,
+    /// How the renewals since the last confirmed one failed.
+    failing: Mutex<Failing>,
     /// Where the sections nested directly in the outermost call take turns (see `held`).
     pub sections: tokio::sync::Mutex<()>,
+}
+
+/// Renewals that failed with a server error since the last confirmed one.
+#[derive(Default)]
+struct Failing {
+    /// The last error; `None` once a renewal is confirmed.
+    error: Option<redis::RedisError>,
+    /// A failed renewal of this hold was logged already: once per hold is enough.
+    logged: bool,
 }
 
 /// How often a lease of `lease`, renewed every `renew`, is renewed when a round trip takes
@@ -122,6 +134,7 @@ impl LeaseState {
             status,
             ended: AtomicBool::new(false),
             granted: AtomicBool::new(false),
+            failing: Mutex::default(),
             sections: tokio::sync::Mutex::new(()),
         }
     }
@@ -154,6 +167,23 @@ impl LeaseState {
         renew_period(self.ttl, self.renew, rtt)
     }
 
+    /// Records a renewal that failed with `error`; true for the first one of this hold, which
+    /// is logged.
+    pub(crate) fn renewal_failed(&self, error: &redis::RedisError) -> bool {
+        let mut failing = self.failing.lock().expect("lease failure lock");
+        failing.error = Some(error.clone());
+        !std::mem::replace(&mut failing.logged, true)
+    }
+
+    /// Why a lease whose validity ran out is lost: [`LostReason::Unreachable`] when the renewals
+    /// since the last confirmed one failed with server errors.
+    pub(crate) fn expired_reason(&self) -> LostReason {
+        match self.failing.lock().expect("lease failure lock").error {
+            Some(_) => LostReason::Unreachable,
+            None => LostReason::ValidityExpired,
+        }
+    }
+
     /// The fencing token; 0 for a lease taken without one, until a nested call computes it.
     pub(crate) fn fence(&self) -> u64 {
         self.fence.load(Ordering::Acquire)
@@ -181,10 +211,21 @@ impl LeaseState {
         }
     }
 
+    /// The error of a loss for `reason`; an unreachable server's last error is its source.
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        let source = match reason {
+            LostReason::Unreachable => self
+                .failing
+                .lock()
+                .expect("lease failure lock")
+                .error
+                .clone(),
+            _ => None,
+        };
         LockError::Lost {
             name: self.name.clone(),
             reason,
+            source,
         }
     }
 
@@ -195,7 +236,17 @@ impl LeaseState {
         let until = sent + self.ttl - self.drift;
         let now = Instant::now();
         let mut lost_now = None;
-        let expired = LostReason::ValidityExpired;
+        // The failures since the last confirmed renewal end here; they may be why it is late.
+        let expired = match self
+            .failing
+            .lock()
+            .expect("lease failure lock")
+            .error
+            .take()
+        {
+            Some(_) => LostReason::Unreachable,
+            None => LostReason::ValidityExpired,
+        };
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 false
