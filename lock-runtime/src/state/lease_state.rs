@@ -60,11 +60,13 @@ struct Failing {
 /// `rtt`: `renew`, or on a slow link half of what the validity a renewal gives leaves after one
 /// round trip, `(lease - drift - rtt) / 2`, so that the renewal sent one period after a confirmed
 /// one is confirmed with a period to spare before that validity ends. Renewals then overlap
-/// (several are in flight at once); never more often than every drift.
+/// (several are in flight at once). Never more often than every `lease / 20`: a server slowed
+/// down by load is not sent ever more renewals.
 pub(crate) fn renew_period(lease: Duration, renew: Duration, rtt: Duration) -> Duration {
-    let drift = crate::drift_for(lease);
-    let spare = lease.saturating_sub(drift).saturating_sub(rtt);
-    renew.min((spare / 2).max(drift))
+    let spare = lease
+        .saturating_sub(crate::drift_for(lease))
+        .saturating_sub(rtt);
+    renew.min((spare / 2).max(lease / 20))
 }
 
 /// The parts of a lease fixed at acquire time.
