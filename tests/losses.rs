@@ -10,7 +10,9 @@ pub mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockOptions, LostReason};
-use support::{Env, SERIAL, capture_logs, cycle, lost_reason, ms, opts, within};
+use support::{
+    Env, SERIAL, assert_mentions, capture_logs, cycle, eventually, lost_reason, ms, opts, within,
+};
 
 /// ttl 30 s, the key deleted 0.2 s into the body (before any renewal): the call returns
 /// `Lost`, and no log line claims the key expires by its ttl or that the body was cancelled.
@@ -102,6 +104,87 @@ async fn a_manual_release_of_a_gone_key_is_lost() {
         Some(LostReason::GoneAtRelease),
         "{released:?}"
     );
+}
+
+/// Redis killed while the body runs, after a renewal went through: whether `max_exec` ends the
+/// body (default options, ttl 3 s: the renewal carried the validity past it) or the lease's
+/// validity does (a lease of 1 s), the call is `Lost` because the servers could not be reached,
+/// with the Redis error as its source; the first failed renewal is logged once, at WARN, with
+/// that error, however often it is retried.
+// One thread: the log capture is per thread.
+#[tokio::test]
+async fn redis_killed_under_the_body_is_lost_as_unreachable_with_the_redis_error() {
+    let _alone = SERIAL.lock().await;
+    let with_lease = LockOptions::new(ms(10_000)).with_lease(ms(1_000));
+    for o in [LockOptions::new(ms(3_000)), with_lease] {
+        let env = Env::start().await;
+        let mut out = None;
+        let logs = capture_logs(async {
+            let body = async |lease: &lock_runtime::Lease| {
+                let first = lease.deadline();
+                eventually(ms(5_000), "a renewal is confirmed", || async {
+                    lease.deadline() > first
+                })
+                .await;
+                env.server.kill();
+                tokio::time::sleep(ms(10_000)).await;
+            };
+            out = Some(env.locker.run("down", &o, body).await);
+        })
+        .await;
+        assert_unreachable(&out.unwrap().unwrap_err());
+        let warned: Vec<&String> = logs
+            .iter()
+            .filter(|l| l.contains("renewal failed") && !l.starts_with("DEBUG"))
+            .collect();
+        assert!(
+            warned.len() == 1 && warned[0].starts_with("WARN") && warned[0].contains("\"down\""),
+            "{o:?}: {warned:#?}"
+        );
+    }
+}
+
+/// The same for a lease taken by hand: `Lease::lost` says the servers could not be reached, and
+/// `Lease::ensure_held` returns the error, with the Redis error as its source.
+#[tokio::test]
+async fn a_lease_whose_redis_was_killed_is_lost_as_unreachable() {
+    // It logs what the test above captures.
+    let _alone = SERIAL.lock().await;
+    let env = Env::start().await;
+    let o = LockOptions::new(ms(10_000)).with_lease(ms(1_000));
+    let lease = env.locker.acquire("down", &o).await.unwrap();
+    let first = lease.deadline();
+    eventually(ms(5_000), "a renewal is confirmed", || async {
+        lease.deadline() > first
+    })
+    .await;
+    assert!(lease.ensure_held().is_ok());
+    env.server.kill();
+    let reason = tokio::time::timeout(ms(5_000), lease.lost())
+        .await
+        .expect("lost within its validity");
+    assert_eq!(reason, LostReason::Unreachable);
+    assert_unreachable(&lease.ensure_held().unwrap_err());
+}
+
+/// `err` is `Lost` because the servers could not be reached, with the Redis error as its source.
+fn assert_unreachable(err: &LockError) {
+    assert!(
+        matches!(
+            err,
+            LockError::Lost {
+                reason: LostReason::Unreachable,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let source = std::error::Error::source(err).expect("the Redis error as the source");
+    assert!(
+        source.downcast_ref::<redis::RedisError>().is_some(),
+        "{source:?}"
+    );
+    assert_mentions(err, &["could not be reached", "up and reachable"]);
 }
 
 /// A body that blocks its thread past `max_exec` and returns without another `.await` is

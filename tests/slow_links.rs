@@ -1,11 +1,12 @@
-//! Thousands of held leases renewed over a link whose delay keeps changing between 100 and 600 ms
-//! each way. The server always answers well inside each lease's margin, so no lease may be lost.
+//! Leases renewed over a slow link: thousands of them over a link whose delay keeps changing
+//! between 100 and 600 ms each way, and a lease of 1 s over 100, 200 and 300 ms each way. The
+//! server always has each renewal in time, so no lease may be lost.
 
 pub mod support;
 
-use lock_runtime::LockOptions;
+use lock_runtime::{Lease, LockOptions, Locker};
 use lock_testing::{FaultProxy, RedisServer};
-use support::{acquire_all, connect_with, ms};
+use support::{acquire_all, connect_with, ms, query, raw_connection, timed};
 use tokio::time::{Instant, sleep};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,4 +49,45 @@ async fn thousands_of_leases_survive_a_slow_changing_link() {
     );
     drop(leases);
     assert!(delays.iter().any(|&d| d >= 500) && delays.iter().any(|&d| d <= 200));
+}
+
+/// A lease of 1 s (ttl 60 s) over a link slowed to 100, 200 then 300 ms each way, each step held
+/// 2.5 s by a lease taken at that step and by those taken before it. At 300 ms each way the
+/// acquire's reply comes 600 ms after its request, and a renewal sent only then would be confirmed
+/// at 1.2 s, past the 988 ms of validity the acquire gave: renewals must overlap. Every renewal
+/// reaches the server in time, so no lease is ever lost, and the server holds every key
+/// throughout (its PTTL, read directly, stays positive).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_second_lease_holds_over_100_200_and_300_ms_each_way() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.addr()).await;
+    let locker = Locker::connect(&proxy.url()).await.unwrap();
+    let raw = raw_connection(&server.url()).await;
+    let o = LockOptions::new(ms(60_000)).with_lease(ms(1_000));
+    let mut held: Vec<(String, Lease)> = Vec::new();
+    for each_way in [100, 200, 300] {
+        proxy.delay(ms(each_way));
+        let name = format!("short-{each_way}");
+        let (lease, took) = timed(locker.acquire(&name, &o)).await;
+        // The fault is real: the acquire took a whole round trip of the slowed link.
+        assert!(took >= ms(2 * each_way), "acquired in {took:?}");
+        held.push((locker.key_of(&name), lease.unwrap()));
+        let until = Instant::now() + ms(2_500);
+        while Instant::now() < until {
+            for (key, lease) in &held {
+                assert!(
+                    lease.is_held(),
+                    "{key} lost at {each_way} ms each way (deadline {:?} ago)",
+                    lease.deadline().elapsed()
+                );
+                let pttl: i64 = query(&raw, redis::cmd("PTTL").arg(key)).await;
+                assert!(pttl > 0, "{key}: PTTL {pttl} at {each_way} ms each way");
+            }
+            sleep(ms(20)).await;
+        }
+    }
+    proxy.pass();
+    for (_, lease) in held {
+        lease.release().await.unwrap();
+    }
 }

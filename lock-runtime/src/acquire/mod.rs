@@ -11,13 +11,13 @@ use tokio::time::Instant;
 use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
 use crate::deployment::{Acquired, Ask, Deployment, Held, Late};
-use crate::hold::watchdog::Watchdog;
+use crate::hold::watchdog::{Renewing, Watchdog};
 use crate::model::keys::{Keys, PERMITS_MARK};
 use crate::model::options::HoldKind;
 use crate::plumbing::telemetry;
 use crate::server::Waiter;
 use crate::server::pubsub::{Grant, Subscription, Wake};
-use crate::state::lease_state::{Granted, LeaseState};
+use crate::state::lease_state::{Granted, LeaseState, renew_period};
 use crate::{Lease, LockError, LockOptions};
 
 /// A wait that never ends in practice: 100 years.
@@ -458,7 +458,7 @@ impl Acquirer {
             set_for: grace,
             reader: None,
         };
-        Some(self.hand_out(name, keys, granted, opts, Late::none()))
+        Some(self.hand_out(name, keys, granted, opts, Late::none(), None))
     }
 
     async fn attempt(
@@ -494,20 +494,23 @@ impl Acquirer {
             armed: true,
         };
         // A failed attempt has cleaned up after itself by the time it returns.
-        let (fence, record_fence, granted, late, held) =
-            match self.deployment.acquire(lock_name, keys, &ask).await {
-                Ok(Acquired::Granted {
-                    fence,
-                    record_fence,
-                    nodes,
-                    late,
-                    held,
-                }) => (fence, record_fence, nodes, late, held),
-                other => {
-                    in_flight.settle();
-                    return self.not_granted(keys, other);
-                }
-            };
+        let acquire = self.deployment.acquire(lock_name, keys, &ask);
+        let (outcome, early) = self
+            .acquire_renewing_early(acquire, lock_name, keys, &token, opts, sent)
+            .await;
+        let (fence, record_fence, granted, late, held) = match outcome {
+            Ok(Acquired::Granted {
+                fence,
+                record_fence,
+                nodes,
+                late,
+                held,
+            }) => (fence, record_fence, nodes, late, held),
+            other => {
+                in_flight.settle();
+                return self.not_granted(keys, other);
+            }
+        };
         self.stale_heads.forget(&keys.key);
         if Instant::now() >= sent + validity {
             Box::pin(self.abandon_expired(keys, &token, &held, &granted, late, validity)).await;
@@ -532,7 +535,85 @@ impl Acquirer {
             set_for: ttl,
             reader,
         };
-        Ok(Attempt::Taken(self.hand_out(name, keys, taken, opts, late)))
+        Ok(Attempt::Taken(
+            self.hand_out(name, keys, taken, opts, late, early),
+        ))
+    }
+
+    /// Awaits `acquire` (of the lock `keys` names, for `token`, sent at `sent`). If it is still
+    /// unanswered at [`Self::early_renewal_at`], the lease it would grant is renewed from then on
+    /// (a renewal sent after a slow reply could come too late), and is returned with the outcome.
+    async fn acquire_renewing_early<F>(
+        &self,
+        acquire: F,
+        name: &str,
+        keys: &Keys,
+        token: &str,
+        opts: &LockOptions,
+        sent: Instant,
+    ) -> (Result<Acquired, LockError>, Option<Early>)
+    where
+        F: Future<Output = Result<Acquired, LockError>>,
+    {
+        let Some(at) = self.early_renewal_at(opts, sent) else {
+            return (acquire.await, None);
+        };
+        let mut acquire = std::pin::pin!(acquire);
+        match self
+            .deployment
+            .deadlines()
+            .bound(at, acquire.as_mut())
+            .await
+        {
+            Ok(outcome) => (outcome, None),
+            Err(_) => {
+                let early = self.renew_early(name, keys, token, opts, sent);
+                (acquire.await, Some(early))
+            }
+        }
+    }
+
+    /// Starts renewing, now, the lease that the acquire of `keys` for `token`, sent at `sent`
+    /// and not answered yet, would grant.
+    fn renew_early(
+        &self,
+        name: &str,
+        keys: &Keys,
+        token: &str,
+        opts: &LockOptions,
+        sent: Instant,
+    ) -> Early {
+        let taken = Taken {
+            token: token.to_owned(),
+            fence: 0,
+            record_fence: false,
+            sent,
+            set_for: opts.lease(),
+            reader: None,
+        };
+        let state = Arc::new(LeaseState::provisional(granted(
+            name.to_owned(),
+            keys,
+            taken,
+            opts,
+        )));
+        let renewing = self.watchdog.register(Arc::clone(&state), Instant::now());
+        Early {
+            state,
+            renewing: Some(renewing),
+        }
+    }
+
+    /// When an acquire still unanswered starts renewing the lease it would grant: one renew
+    /// period after it was sent (shortened by the round trip measured, see `renew_period`), for
+    /// an exclusive hold whose attempt may last that long; `None` when the attempt ends first.
+    /// (A permit's key and a shared hold's value are known only from the reply.)
+    fn early_renewal_at(&self, opts: &LockOptions, sent: Instant) -> Option<Instant> {
+        if opts.kind() != HoldKind::Exclusive {
+            return None;
+        }
+        let period = renew_period(opts.lease(), opts.renew(), self.deployment.rtt());
+        (period < self.deployment.attempt_bound(opts.validity())).then(|| sent + period)
     }
 
     /// Gives up what a grant that came too late to be of use took.
@@ -580,7 +661,8 @@ impl Acquirer {
     /// The lease of a key taken as `taken` says, renewed from now on: first one renew period
     /// after the request; a key set for less than the ttl (a grant, for the waiter's grace: at
     /// least 300 ms and four round trips) when half of what is left of that has passed, so a
-    /// short hold costs no renewal and a long one is extended in time.
+    /// short hold costs no renewal and a long one is extended in time. A lease renewed `early`
+    /// is renewed already.
     fn hand_out(
         &self,
         name: &mut Option<String>,
@@ -588,48 +670,91 @@ impl Acquirer {
         taken: Taken,
         opts: &LockOptions,
         late: Late,
+        early: Option<Early>,
     ) -> Lease {
-        let first_renewal = if taken.set_for < opts.lease() {
-            let set_for = taken
-                .set_for
-                .saturating_sub(crate::drift_for(taken.set_for));
-            let now = Instant::now();
-            now + (taken.sent + set_for).saturating_duration_since(now) / 2
-        } else {
-            taken.sent + opts.renew()
+        let name = name.take().unwrap_or_default();
+        let (state, renewing) = match early {
+            Some(early) => early.granted(taken.fence, taken.record_fence),
+            None => {
+                let first_renewal = first_renewal(&taken, opts);
+                let state = Arc::new(LeaseState::new(granted(name, keys, taken, opts)));
+                let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
+                (state, renewing)
+            }
         };
-        // A shared holder also renews its place among the holders; a permit's holder, the mark
-        // on its lock's key that keeps other modes out.
-        let also_renews = match (&taken.reader, keys.permits()) {
-            (Some(place), _) => Some((keys.readers().to_string(), place.clone())),
-            (None, 0) => None,
-            (None, n) => Some((keys.lock_key().to_owned(), format!("{PERMITS_MARK}{n}"))),
-        };
-        let state = Arc::new(LeaseState::new(Granted {
-            name: name.take().unwrap_or_default(),
-            key: keys.key.clone(),
-            base: keys.base(),
-            token: taken.token,
-            fence: taken.fence,
-            record_fence: taken.record_fence,
-            ttl: opts.lease(),
-            set_for: taken.set_for,
-            renew: opts.renew(),
-            min_hold: opts.min_hold(),
-            started: taken.sent,
-            template: opts.template(),
-            mode: opts.mode(),
-            reader: taken.reader,
-            permits: keys.permits(),
-            also_renews,
-        }));
-        let renewing = self.watchdog.register(Arc::clone(&state), first_renewal);
         let lease = Lease::owned(Arc::clone(&state), renewing);
         if late.has_late() {
             let deployment = Arc::clone(&self.deployment);
             tokio::spawn(async move { deployment.settle_late_grants(state, late).await });
         }
         lease
+    }
+}
+
+/// When the lease of a key taken as `taken` says is first renewed (see `Acquirer::hand_out`).
+fn first_renewal(taken: &Taken, opts: &LockOptions) -> Instant {
+    if taken.set_for < opts.lease() {
+        let set_for = taken
+            .set_for
+            .saturating_sub(crate::drift_for(taken.set_for));
+        let now = Instant::now();
+        now + (taken.sent + set_for).saturating_duration_since(now) / 2
+    } else {
+        taken.sent + opts.renew()
+    }
+}
+
+/// What a lease of the key `keys` names, taken as `taken` says, is made of.
+fn granted(name: String, keys: &Keys, taken: Taken, opts: &LockOptions) -> Granted {
+    // A shared holder also renews its place among the holders; a permit's holder, the mark on
+    // its lock's key that keeps other modes out.
+    let also_renews = match (&taken.reader, keys.permits()) {
+        (Some(place), _) => Some((keys.readers().to_string(), place.clone())),
+        (None, 0) => None,
+        (None, n) => Some((keys.lock_key().to_owned(), format!("{PERMITS_MARK}{n}"))),
+    };
+    Granted {
+        name,
+        key: keys.key.clone(),
+        base: keys.base(),
+        token: taken.token,
+        fence: taken.fence,
+        record_fence: taken.record_fence,
+        ttl: opts.lease(),
+        set_for: taken.set_for,
+        renew: opts.renew(),
+        min_hold: opts.min_hold(),
+        started: taken.sent,
+        template: opts.template(),
+        mode: opts.mode(),
+        reader: taken.reader,
+        permits: keys.permits(),
+        also_renews,
+    }
+}
+
+/// The lease an acquire still unanswered would grant, renewed early (see
+/// `LeaseState::provisional`): the lease if the acquire is granted, discarded otherwise.
+struct Early {
+    state: Arc<LeaseState>,
+    renewing: Option<Renewing>,
+}
+
+impl Early {
+    /// The lease and its renewal, granted with `fence`.
+    fn granted(mut self, fence: u64, record_fence: bool) -> (Arc<LeaseState>, Renewing) {
+        self.state.grant(fence, record_fence);
+        let renewing = self.renewing.take().expect("granted once");
+        (Arc::clone(&self.state), renewing)
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        if self.renewing.is_some() {
+            // Ended before its renewal stops: a round on its way leaves it out.
+            self.state.discard();
+        }
     }
 }
 

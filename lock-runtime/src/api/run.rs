@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::time::Instant;
 
+use crate::state::lease_state::LeaseState;
 use crate::state::status::Status;
 use crate::{Lease, LockError, LockOptions, LostReason};
 
@@ -50,14 +51,15 @@ where
         }
         // The body (and its borrow of the lease) is dropped here: cancelled if it did not finish.
     };
+    let outcome = unreachable_instead(outcome, &lease.state);
     if let Outcome::Lost(reason) = outcome {
         // Counted and logged once, however it was found out.
         lease.state.mark_lost(reason);
-        let name = lease.name().to_owned();
+        let error = lease.state.lost_error(reason);
         // The key is gone or out of reach: release in the background (the lease's drop) rather
         // than make the caller wait on a node that may not answer.
         drop(lease);
-        return Err(LockError::Lost { name, reason });
+        return Err(error);
     }
     // Made before the release consumes the lease; the name is copied for an error only.
     let max_exec_error = matches!(outcome, Outcome::MaxExec).then(|| {
@@ -79,6 +81,20 @@ where
         (Outcome::Done(_), Err(lost @ LockError::Lost { .. })) => Err(lost),
         (Outcome::Done(v), _) => Ok(v),
         (Outcome::MaxExec | Outcome::Lost(_), _) => unreachable!("returned above"),
+    }
+}
+
+/// A bound that passed while the renewals since the last confirmed one failed with server
+/// errors: what the caller must hear is that the servers could not be reached (not a slow body,
+/// nor only that the validity ran out).
+fn unreachable_instead<T>(outcome: Outcome<T>, state: &LeaseState) -> Outcome<T> {
+    match outcome {
+        Outcome::MaxExec | Outcome::Lost(LostReason::ValidityExpired)
+            if state.expired_reason() == LostReason::Unreachable =>
+        {
+            Outcome::Lost(LostReason::Unreachable)
+        }
+        other => other,
     }
 }
 

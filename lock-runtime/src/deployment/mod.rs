@@ -140,6 +140,13 @@ pub(crate) enum Renewal {
     Undecided,
 }
 
+/// What a renewal round decided: one [`Renewal`] per lease, and the last server error met.
+pub(crate) struct Renewals {
+    pub verdicts: Vec<Renewal>,
+    /// The last error of a server whose call failed (why a lease may be `Undecided`).
+    pub error: Option<redis::RedisError>,
+}
+
 impl Deployment {
     /// The deployment of `nodes`, which share one schedule of request bounds.
     fn new(nodes: Vec<Node>, traits: Traits, setup: &Setup<'_>) -> Self {
@@ -197,6 +204,17 @@ impl Deployment {
 
     pub(crate) fn nodes(&self) -> &[Arc<Node>] {
         &self.nodes
+    }
+
+    /// How long a decision takes: the recent round trip of the server that completes a
+    /// majority (the `needed`-th fastest).
+    pub(crate) fn rtt(&self) -> Duration {
+        if let Some(node) = self.alone() {
+            return node.rtt();
+        }
+        let mut rtts: Vec<Duration> = self.nodes.iter().map(|node| node.rtt()).collect();
+        rtts.sort_unstable();
+        rtts[self.majority.needed() - 1]
     }
 
     /// How many leases the watchdog hands to one [`Self::renew`] call.

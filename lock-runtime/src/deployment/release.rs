@@ -49,7 +49,11 @@ impl Deployment {
         let how = Release {
             keep_ms: lease.keep_ms(),
             always_publish: self.traits.always_publish,
-            record_fence: if lease.record_fence { lease.fence() } else { 0 },
+            record_fence: if lease.records_fence() {
+                lease.fence()
+            } else {
+                0
+            },
             fence_retention_ms: self.fence_retention_ms,
             // No waiter marks a permit's value: its release looks at the queue all the same.
             look_at_queue: lease.is_permit(),

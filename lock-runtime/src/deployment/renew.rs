@@ -3,24 +3,24 @@
 use std::sync::Arc;
 
 use super::majority::{Tally, Verdict};
-use super::{Deployment, Renewal};
+use super::{Deployment, Renewal, Renewals};
 use crate::plumbing::fanout::Fanout;
-use crate::server::{Node, RenewReply};
+use crate::server::{Node, RenewReplies, RenewReply};
 use crate::state::lease_state::LeaseState;
 
 impl Deployment {
     /// Renews `chunk` (one script call per server), deciding each lease as soon as a majority
     /// confirmed or denied it; requests still out finish in the background.
-    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Vec<Renewal> {
+    pub(crate) async fn renew(&self, chunk: &Arc<Vec<Arc<LeaseState>>>) -> Renewals {
         let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
             let (node, chunk) = (Arc::clone(node), Arc::clone(chunk));
             async move { renew_on(&node, &chunk).await }
         }));
         let majority = self.majority;
-        let lease_reply = |replies: &[Option<Vec<Option<RenewReply>>>], i: usize| {
+        let lease_reply = |replies: &[Option<RenewReplies>], i: usize| {
             Tally::of(replies.iter().map(|r| {
                 r.as_ref()
-                    .map(|r| r[i].map(|reply| reply == RenewReply::Renewed))
+                    .map(|r| r.replies[i].map(|reply| reply == RenewReply::Renewed))
             }))
         };
         fanout
@@ -36,7 +36,7 @@ impl Deployment {
                 let t = lease_reply(fanout.replies(), i);
                 let unreplicated = fanout.replies().iter().any(|r| {
                     r.as_ref()
-                        .is_some_and(|r| r[i] == Some(RenewReply::NotReplicated))
+                        .is_some_and(|r| r.replies[i] == Some(RenewReply::NotReplicated))
                 });
                 match majority.verdict(t) {
                     Verdict::Yes => Renewal::Renewed,
@@ -46,8 +46,14 @@ impl Deployment {
                 }
             })
             .collect();
+        let error = fanout
+            .replies()
+            .iter()
+            .flatten()
+            .filter_map(|r| r.error.clone())
+            .next_back();
         fanout.detach();
-        verdicts
+        Renewals { verdicts, error }
     }
 }
 
@@ -55,7 +61,7 @@ impl Deployment {
 /// key may be kept for min_hold; the release script also changes such a key's value, so a
 /// renewal already on its way cannot stretch it either). A lease that also renews a second key
 /// (see `LeaseState::also_renews`) is renewed only if both are.
-async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewReply>> {
+async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RenewReplies {
     let mut items: Vec<(&str, &str, u64)> = Vec::with_capacity(chunk.len());
     for l in chunk {
         let (token, ttl) = (if l.is_ended() { "" } else { l.token.as_str() }, l.ttl_ms());
@@ -64,12 +70,12 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewRep
             items.push((key.as_str(), if l.is_ended() { "" } else { also }, ttl));
         }
     }
-    let replies = node.renew(&items).await;
+    let renewed = node.renew(&items).await;
     if items.len() == chunk.len() {
-        return replies;
+        return renewed;
     }
-    let mut replies = replies.into_iter();
-    chunk
+    let mut replies = renewed.replies.into_iter();
+    let replies = chunk
         .iter()
         .map(|l| {
             let own = replies.next().flatten();
@@ -78,7 +84,11 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> Vec<Option<RenewRep
                 None => own,
             }
         })
-        .collect()
+        .collect();
+    RenewReplies {
+        replies,
+        error: renewed.error,
+    }
 }
 
 /// What a server said of a lease that renews two keys: not ours if either is not, unknown if

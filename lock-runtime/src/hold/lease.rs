@@ -89,6 +89,20 @@ impl Lease {
         !self.state.is_ended() && s.lost.is_none() && Instant::now() < s.valid_until
     }
 
+    /// `Ok` while the lease is held (see [`Self::is_held`]); otherwise the error a locked call
+    /// would end with: [`LockError::Lost`] with the reason (and, for
+    /// [`LostReason::Unreachable`], the last Redis error as its source).
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        let s = self.state.status.get();
+        let reason = match s.lost {
+            Some(reason) => reason,
+            None if self.state.is_ended() => LostReason::Released,
+            None if Instant::now() >= s.valid_until => self.state.expired_reason(),
+            None => return Ok(()),
+        };
+        Err(self.state.lost_error(reason))
+    }
+
     /// Resolves when the lease is lost, with the reason; [`LostReason::Released`] once it was
     /// released (seen by a handle that outlived its outer call).
     pub async fn lost(&self) -> LostReason {
@@ -104,8 +118,9 @@ impl Lease {
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {
                     if rx.get().valid_until <= Instant::now() {
-                        self.state.mark_lost(LostReason::ValidityExpired);
-                        return LostReason::ValidityExpired;
+                        self.state.mark_lost(self.state.expired_reason());
+                        // The first reason recorded stays.
+                        return rx.get().lost.unwrap_or(LostReason::ValidityExpired);
                     }
                 }
                 _ = rx.changed() => {}
@@ -185,7 +200,7 @@ fn released(state: &LeaseState, out: &mut Result<(), LockError>) {
             telemetry::released(state.label(), state.fence(), waited, state.held_since());
         }
         Err(LockError::Lost { reason, .. }) => match state.status.get().lost {
-            Some(first) => *reason = first,
+            Some(first) => *out = Err(state.lost_error(first)),
             None => {
                 state.mark_lost(*reason);
                 telemetry::lost_at_release(state.label(), state.held_since());

@@ -6,6 +6,15 @@
 //! held leases cost a handful of pipelined script calls per period, not 10,000 timers. A lease
 //! holds a [`Renewing`] handle; dropping or stopping it takes the lease out of the schedule.
 //!
+//! A lease's next renewal is scheduled when one is sent, one period later, whatever becomes of
+//! the one sent: on a link whose round trip is long next to the lease, several renewals of a
+//! lease are in flight at once, and the period shrinks with the measured round trip (see
+//! `renew_period`). Each confirmed renewal counts from its own send time, so the lease stays
+//! valid as long as renewals reach the server in time. A lease whose acquire is slow to answer
+//! is renewed before the reply comes (see `LeaseState::provisional`); a denial of such an early
+//! renewal proves nothing (the acquire may reach the server after it on another connection) and
+//! is only retried.
+//!
 //! The task runs in the runtime of the call that started it. A locker may be used from several
 //! runtimes (a process-wide default locker under `#[tokio::test]`s, each with its own), and the
 //! task's runtime may shut down while other runtimes' leases are held: the task then moves to a
@@ -47,11 +56,9 @@ struct Shared {
 struct Schedule {
     /// Leases by next renewal time (the id breaks ties).
     due: BTreeMap<(Instant, u64), Arc<LeaseState>>,
-    /// Where each lease sits in `due`; `None` while a round renews it.
-    at: HashMap<u64, Option<Instant>, BuildHasherDefault<IdHasher>>,
+    /// Where each lease sits in `due`.
+    at: HashMap<u64, Instant, BuildHasherDefault<IdHasher>>,
     next_id: u64,
-    /// Leases taken out of `due` by rounds that have not finished yet.
-    in_flight: usize,
     running: bool,
     /// When the running task will next look at the schedule by itself; `None` while it is busy.
     /// A new lease due earlier than this wakes it.
@@ -71,12 +78,11 @@ impl Schedule {
         self.home = None;
     }
 
-    /// Puts lease `id` back at `when`, unless it was stopped meanwhile.
+    /// Schedules lease `id` at `when`, where it sat elsewhere; true if it is the earliest now.
     fn put(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) -> bool {
-        let Some(slot) = self.at.get_mut(&id) else {
-            return false;
-        };
-        *slot = Some(when);
+        if let Some(old) = self.at.insert(id, when) {
+            self.due.remove(&(old, id));
+        }
         let earliest = self
             .due
             .keys()
@@ -84,6 +90,20 @@ impl Schedule {
             .is_none_or(|&first| (when, id) < first);
         self.due.insert((when, id), lease);
         earliest
+    }
+
+    /// Moves lease `id` to `when` if that is sooner, unless it was stopped meanwhile.
+    fn sooner(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) {
+        if self.at.get(&id).is_some_and(|&at| when < at) {
+            self.put(id, when, lease);
+        }
+    }
+
+    /// Takes lease `id` out of the schedule.
+    fn remove(&mut self, id: u64) {
+        if let Some(when) = self.at.remove(&id) {
+            self.due.remove(&(when, id));
+        }
     }
 }
 
@@ -133,9 +153,7 @@ impl Renewing {
         }
         let id = std::mem::take(&mut self.id);
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
-        if let Some(Some(when)) = s.at.remove(&id) {
-            s.due.remove(&(when, id));
-        }
+        s.remove(id);
         if let Some(at) = s.runtimes.iter().position(|(h, _)| h.id() == self.runtime) {
             s.runtimes[at].1 -= 1;
             if s.runtimes[at].1 == 0 {
@@ -239,8 +257,8 @@ fn not_renewed(shared: &Shared, e: &std::io::Error) {
     );
 }
 
-/// Leases a round took out of the schedule and has not put back yet. If the round is dropped
-/// (its runtime shut down), they go back, due at once.
+/// Leases a round renews and has not decided yet. If the round is dropped (its runtime shut
+/// down), they are due again at once.
 struct Outstanding {
     shared: Arc<Shared>,
     leases: Vec<(u64, Arc<LeaseState>)>,
@@ -254,14 +272,9 @@ impl Drop for Outstanding {
         let Ok(mut s) = self.shared.schedule.lock() else {
             return;
         };
-        s.in_flight -= self.leases.len();
         let now = Instant::now();
         for (id, lease) in self.leases.drain(..) {
-            if lease.is_ended() {
-                s.at.remove(&id);
-            } else {
-                s.put(id, now, lease);
-            }
+            s.sooner(id, now, lease);
         }
         drop(s);
         self.shared.wake.notify_one();
@@ -287,7 +300,6 @@ impl Watchdog {
         let mut s = self.shared.schedule.lock().expect("watchdog lock");
         s.next_id += 1;
         let id = s.next_id;
-        s.at.insert(id, None);
         s.put(id, when, lease);
         match s.runtimes.iter_mut().find(|(h, _)| h.id() == runtime) {
             Some((_, leases)) => *leases += 1,
@@ -316,10 +328,11 @@ async fn run(mut guard: RunningGuard) {
     let shared = Arc::clone(guard.shared());
     let mut idle_since: Option<Instant> = None;
     loop {
+        let rtt = shared.deployment.rtt();
         let now = Instant::now();
         let wake_at = {
             let mut s = shared.schedule.lock().expect("watchdog lock");
-            let (batch, next) = take_due(&mut s, now);
+            let (batch, next) = take_due(&mut s, now, rtt);
             if !batch.is_empty() {
                 s.armed = None;
                 drop(s);
@@ -335,9 +348,10 @@ async fn run(mut guard: RunningGuard) {
                 continue;
             }
             let wake_at = match next {
-                Some(at) => Some(at),
-                // A round is out: its end re-schedules its leases and wakes us.
-                None if s.in_flight > 0 => None,
+                Some(at) => {
+                    idle_since = None;
+                    at
+                }
                 None => {
                     let since = *idle_since.get_or_insert(now);
                     if now >= since + LINGER {
@@ -348,48 +362,45 @@ async fn run(mut guard: RunningGuard) {
                         guard.disarm();
                         return;
                     }
-                    Some(since + LINGER)
+                    since + LINGER
                 }
             };
-            if next.is_some() || s.in_flight > 0 {
-                idle_since = None;
-            }
-            s.armed = wake_at;
+            s.armed = Some(wake_at);
             wake_at
         };
-        match wake_at {
-            Some(at) => {
-                tokio::select! {
-                    () = tokio::time::sleep_until(at) => {}
-                    () = shared.wake.notified() => {}
-                }
-            }
-            None => shared.wake.notified().await,
+        tokio::select! {
+            () = tokio::time::sleep_until(wake_at) => {}
+            () = shared.wake.notified() => {}
         }
     }
 }
 
-/// Removes and returns every live lease that is due, plus, once one is due, those due within a
-/// quarter of their renew period (renewed a little early, in the same round trip); also returns
-/// when the next one is due.
-fn take_due(s: &mut Schedule, now: Instant) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
+/// Returns every live lease that is due, plus, once one is due, those due within a quarter of
+/// their period (renewed a little early, in the same round trip), each scheduled again one
+/// period (for round trips of `rtt`) from `now`, when its renewal is sent; also returns when the
+/// next one is due.
+fn take_due(
+    s: &mut Schedule,
+    now: Instant,
+    rtt: Duration,
+) -> (Vec<(u64, Arc<LeaseState>)>, Option<Instant>) {
     let mut batch = Vec::new();
-    loop {
-        let Some((&(when, id), lease)) = s.due.iter().next() else {
-            return (batch, None);
-        };
-        if !lease.is_ended() && (when > now + lease.renew / 4 || (batch.is_empty() && when > now)) {
-            return (batch, Some(when));
+    while let Some((&(when, id), lease)) = s.due.first_key_value() {
+        if !lease.is_ended()
+            && (when > now + lease.period(rtt) / 4 || (batch.is_empty() && when > now))
+        {
+            break;
         }
-        let lease = s.due.remove(&(when, id)).expect("present");
-        if lease.is_ended() {
-            s.at.remove(&id);
-            continue;
+        let (_, lease) = s.due.pop_first().expect("present");
+        s.at.remove(&id);
+        if !lease.is_ended() {
+            batch.push((id, lease));
         }
-        s.at.insert(id, None);
-        s.in_flight += 1;
-        batch.push((id, lease));
     }
+    for (id, lease) in &batch {
+        s.put(*id, now + lease.period(rtt), Arc::clone(lease));
+    }
+    (batch, s.due.keys().next().map(|&(when, _)| when))
 }
 
 /// Renews one batch: every chunk of the round goes out at once (they pipeline on each server's
@@ -408,48 +419,91 @@ async fn renew_chunk(mut outstanding: Outstanding) {
             .map(|(_, l)| Arc::clone(l))
             .collect(),
     );
+    // Renewed before their acquire was answered (usually none).
+    let early: Vec<usize> = (0..leases.len())
+        .filter(|&i| !leases[i].is_granted())
+        .collect();
     let shared = Arc::clone(&outstanding.shared);
-    let verdicts = shared.deployment.renew(&leases).await;
-    // Decided: no longer the drop's to put back.
+    let renewals = shared.deployment.renew(&leases).await;
+    // Decided: no longer the drop's to make due again.
     let chunk = std::mem::take(&mut outstanding.leases);
+    let mut failed = Failed::default();
     let mut s = shared.schedule.lock().expect("watchdog lock");
-    s.in_flight -= chunk.len();
     let now = Instant::now();
-    for ((id, lease), verdict) in chunk.into_iter().zip(verdicts) {
+    for (i, ((id, lease), verdict)) in chunk.into_iter().zip(renewals.verdicts).enumerate() {
         if lease.is_ended() {
-            s.at.remove(&id);
             continue;
         }
-        match verdict {
-            Renewal::Renewed => {
-                // A confirmation after the validity ran out leaves the lease lost: drop it.
-                if lease.confirm(sent) {
-                    let when = sent + lease.renew;
-                    s.put(id, when, lease);
-                } else {
-                    s.at.remove(&id);
-                }
-            }
-            Renewal::NotOwner => {
-                lease.mark_lost(LostReason::NotOwner);
-                s.at.remove(&id);
-            }
-            Renewal::NotReplicated => {
-                lease.mark_lost(LostReason::NotReplicated);
-                s.at.remove(&id);
-            }
-            Renewal::Undecided if now >= lease.valid_until() => {
-                lease.mark_lost(LostReason::ValidityExpired);
-                s.at.remove(&id);
+        let verdict = match verdict {
+            // The early renewal may have reached the server before the acquire did.
+            Renewal::NotOwner | Renewal::NotReplicated if early.binary_search(&i).is_ok() => {
+                Renewal::Undecided
             }
             Renewal::Undecided => {
-                // No majority answered: try again soon, while the lease is still valid.
-                let retry =
-                    (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
-                s.put(id, now + retry, lease);
+                if let Some(error) = &renewals.error
+                    && lease.is_granted()
+                    && lease.renewal_failed(error)
+                {
+                    failed.add(&lease);
+                }
+                Renewal::Undecided
             }
-        }
+            verdict => verdict,
+        };
+        decide(&mut s, id, lease, verdict, sent, now);
     }
     drop(s);
     shared.wake.notify_one();
+    if let (Some(lease), Some(error)) = (failed.first, &renewals.error) {
+        crate::plumbing::telemetry::renewal_failed(lease.label(), failed.leases, error);
+    }
+}
+
+/// The leases of a chunk whose renewal failed for the first time in their hold: logged once.
+#[derive(Default)]
+struct Failed {
+    first: Option<Arc<LeaseState>>,
+    leases: usize,
+}
+
+impl Failed {
+    fn add(&mut self, lease: &Arc<LeaseState>) {
+        self.first.get_or_insert_with(|| Arc::clone(lease));
+        self.leases += 1;
+    }
+}
+
+/// Acts on what a renewal sent at `sent` came to: the lease stays in the schedule (at its next
+/// renewal, or sooner to retry), or leaves it lost.
+fn decide(
+    s: &mut Schedule,
+    id: u64,
+    lease: Arc<LeaseState>,
+    verdict: Renewal,
+    sent: Instant,
+    now: Instant,
+) {
+    match verdict {
+        // A confirmation after the validity ran out leaves the lease lost.
+        Renewal::Renewed if lease.confirm(sent) => {}
+        Renewal::Renewed => s.remove(id),
+        Renewal::NotOwner => {
+            lease.mark_lost(LostReason::NotOwner);
+            s.remove(id);
+        }
+        Renewal::NotReplicated => {
+            lease.mark_lost(LostReason::NotReplicated);
+            s.remove(id);
+        }
+        Renewal::Undecided if now >= lease.valid_until() => {
+            lease.mark_lost(lease.expired_reason());
+            s.remove(id);
+        }
+        Renewal::Undecided => {
+            // No majority answered: try again soon, while the lease is still valid.
+            let retry =
+                (lease.renew / 4).clamp(Duration::from_millis(5), Duration::from_millis(100));
+            s.sooner(id, now + retry, lease);
+        }
+    }
 }

@@ -34,6 +34,9 @@ pub enum LockError {
         name: String,
         /// What was observed.
         reason: LostReason,
+        /// The last error of the renewals that failed, for [`LostReason::Unreachable`].
+        #[source]
+        source: Option<redis::RedisError>,
     },
     /// The body ran past `max_exec` and was cancelled.
     #[error(
@@ -135,6 +138,10 @@ pub enum LostReason {
     /// The lease was released by its holder (seen by a handle that outlived it, such as one a
     /// nested call returned).
     Released,
+    /// No renewal was confirmed before the lease's validity (or `max_exec`) ran out, and the
+    /// renewals since the last confirmed one failed with server errors: the servers could not be
+    /// reached. [`LockError::Lost`] carries the last of those errors as its source.
+    Unreachable,
 }
 
 impl LostReason {
@@ -161,6 +168,11 @@ impl std::fmt::Display for LostReason {
                  deleted or was taken over while the body ran"
             }
             Self::Released => "the lease was released",
+            Self::Unreachable => {
+                "the servers could not be reached to renew the lease (the source is the last \
+                 Redis error): check that they are up and reachable; a longer `lease` rides out \
+                 a longer outage"
+            }
         })
     }
 }
@@ -316,7 +328,11 @@ impl std::fmt::Debug for LockError {
                 waited,
                 wait,
             } => out("Busy", &[("waited", waited), ("wait", wait)]),
-            Self::Lost { name: _, reason } => out("Lost", &[("reason", reason)]),
+            Self::Lost {
+                name: _,
+                reason,
+                source,
+            } => out("Lost", &[("reason", reason), ("source", source)]),
             Self::MaxExecExceeded { name: _, max_exec } => {
                 out("MaxExecExceeded", &[("max_exec", max_exec)])
             }

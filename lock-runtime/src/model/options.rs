@@ -115,7 +115,8 @@ impl LockOptions {
     }
 
     setter! {
-        /// The watchdog re-sets the key's expiry this often.
+        /// The watchdog re-sets the key's expiry this often; more often on a link whose round
+        /// trip leaves less than two periods of the lease (see `docs/guarantees.md`).
         with_renew(renew: Duration) = Some(renew);
     }
 

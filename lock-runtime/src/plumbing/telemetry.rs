@@ -181,6 +181,21 @@ pub(crate) fn lost(label: Label<'_>, reason: LostReason, started: Instant, body:
         .increment(1);
 }
 
+/// The renewals of `leases` leases (the first of them labelled `label`) failed with `error`,
+/// each for the first time in its hold: one event for them all, and none for the retries.
+pub(crate) fn renewal_failed(label: Label<'_>, leases: usize, error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        target: "lock_runtime::hold",
+        lock = label.name,
+        template = label.template,
+        mode = label.mode,
+        leases,
+        %error,
+        "lease renewal failed: the servers could not be reached; retrying while the lease is \
+         valid (logged once per hold)"
+    );
+}
+
 /// The release found the key no longer ours: the body ran to its end, partly without the lock.
 pub(crate) fn lost_at_release(label: Label<'_>, started: Instant) {
     tracing::warn!(

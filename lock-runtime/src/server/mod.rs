@@ -3,6 +3,7 @@
 //! notifications live in `pubsub`.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -39,7 +40,7 @@ mod url;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::{PermitReply, permits_of};
-pub(crate) use renew::{RENEW_CHUNK, RenewReply};
+pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
 pub(crate) use shared::SharedPlace;
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
@@ -87,6 +88,8 @@ pub(crate) struct Node {
     settings: Settings,
     rtt: Arc<RoundTrip>,
     notifications: Arc<Notifications>,
+    /// A renewal went through: the server has the renewal script.
+    renew_loaded: AtomicBool,
     /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
     replicas: usize,
     /// The bounds of this node's requests, in the schedule its locker's nodes share.
@@ -211,6 +214,7 @@ impl Node {
             settings,
             rtt,
             notifications,
+            renew_loaded: AtomicBool::new(false),
             replicas,
             deadlines,
             fence_retention_ms: scripts::DEFAULT_RETENTION_MS,

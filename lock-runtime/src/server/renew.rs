@@ -1,7 +1,10 @@
 //! Renewal on one server: one script call per chunk of leases, and on a Redis Cluster one
 //! pipeline per primary, whatever the slots the leases spread over.
 
-use redis::{FromRedisValue, RedisResult, ServerErrorKind, Value};
+use std::sync::atomic::Ordering;
+
+use redis::{FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::time::Instant;
 
 use super::Node;
 use crate::server::scripts::{self, evalsha};
@@ -17,6 +20,14 @@ pub(crate) enum RenewReply {
     NotReplicated,
 }
 
+/// One server's answer to a renewal of many leases.
+pub(crate) struct RenewReplies {
+    /// One per lease, in order; `None` where no reply came.
+    pub replies: Vec<Option<RenewReply>>,
+    /// The last error of a call that failed (its leases have no reply).
+    pub error: Option<RedisError>,
+}
+
 /// Most leases in one renewal script call.
 pub(crate) const RENEW_CHUNK: usize = 1000;
 
@@ -25,15 +36,26 @@ impl Node {
     /// answer came. One script call per chunk of up to [`RENEW_CHUNK`] leases; on a Redis Cluster,
     /// one per primary and chunk (see [`Self::renew_on_cluster`]). Replicas asked for by
     /// `replicas(n)` must acknowledge the call, else every lease it renewed is `NotReplicated`.
-    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> Vec<Option<RenewReply>> {
+    /// Each reply is a sample of the round trip: the watchdog renews more often on a slow link.
+    pub(crate) async fn renew(&self, items: &[(&str, &str, u64)]) -> RenewReplies {
         if let Some(cluster) = self.link.cluster() {
             return self.renew_on_cluster(cluster, items).await;
         }
+        let sent = Instant::now();
         match self.renew_call(items).await {
-            Ok(codes) => codes,
+            Ok(replies) => {
+                self.rtt.record(sent.elapsed());
+                RenewReplies {
+                    replies,
+                    error: None,
+                }
+            }
             Err(e) => {
                 tracing::debug!(target: "lock_runtime::hold", node = %self.addr, error = %e, leases = items.len(), "renewal failed; retrying");
-                vec![None; items.len()]
+                RenewReplies {
+                    replies: vec![None; items.len()],
+                    error: Some(e),
+                }
             }
         }
     }
@@ -53,10 +75,48 @@ impl Node {
         }
         let wait = self.wait_cmd(min_ttl(items));
         let limit = self.settings.response_timeout;
-        let (codes, acked): (Vec<i64>, Option<usize>) = self
-            .eval(&scripts::RENEW, &cmd, wait.as_ref(), limit)
-            .await?;
+        let (codes, acked): (Vec<i64>, Option<usize>) =
+            if self.renew_loaded.load(Ordering::Relaxed) || self.is_cluster() {
+                self.eval(&scripts::RENEW, &cmd, wait.as_ref(), limit)
+                    .await?
+            } else {
+                let out = self.load_and_renew(cmd, wait, limit).await?;
+                self.renew_loaded.store(true, Ordering::Relaxed);
+                out
+            };
         Ok(self.renew_replies(codes, acked))
+    }
+
+    /// The first renewal on this server: `SCRIPT LOAD` ahead of `renew` in one pipeline, so that
+    /// it takes one round trip where a server without the script takes three (NOSCRIPT, the
+    /// load, the call again): on a slow link that could be too late for a short lease.
+    async fn load_and_renew(
+        &self,
+        renew: redis::Cmd,
+        wait: Option<redis::Cmd>,
+        limit: std::time::Duration,
+    ) -> RedisResult<(Vec<i64>, Option<usize>)> {
+        let mut pipe = redis::Pipeline::with_capacity(3);
+        pipe.cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(scripts::RENEW_CODE)
+            .ignore();
+        pipe.add_command(renew);
+        let waits = wait.is_some();
+        if let Some(wait) = wait {
+            pipe.add_command(wait);
+        }
+        let mut conn = self.conn().await?;
+        self.bounded(limit, async {
+            if waits {
+                let (codes, acked) = pipe.query_async::<(Vec<i64>, usize)>(&mut conn).await?;
+                Ok((codes, Some(acked)))
+            } else {
+                let (codes,) = pipe.query_async::<(Vec<i64>,)>(&mut conn).await?;
+                Ok((codes, None))
+            }
+        })
+        .await
     }
 
     /// Renewal codes (1 renewed, 0 not ours, 2 not served here) as replies; a renewal that the
@@ -84,7 +144,8 @@ impl Node {
         &self,
         cluster: &ClusterLink,
         items: &[(&str, &str, u64)],
-    ) -> Vec<Option<RenewReply>> {
+    ) -> RenewReplies {
+        let sent = Instant::now();
         let groups: Vec<(u16, Vec<usize>)> = match cluster.slot_map().await {
             Ok(map) => {
                 let mut by_owner: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -118,10 +179,12 @@ impl Node {
             }))
             .await;
         let mut out: Vec<Option<RenewReply>> = vec![None; items.len()];
+        let mut error = None;
         let mut elsewhere: Vec<usize> = Vec::new();
         for (chunk, result) in results {
             match result {
                 Ok(codes) => {
+                    self.rtt.record(sent.elapsed());
                     for (&i, code) in chunk.iter().zip(codes) {
                         match code {
                             Some(reply) => out[i] = Some(reply),
@@ -133,6 +196,7 @@ impl Node {
                     // Perhaps a failover: learn the slots again before the retry.
                     cluster.slot_map_is_stale();
                     tracing::debug!(target: "lock_runtime::hold", node = %self.addr, error = %e, leases = chunk.len(), "renewal on a cluster primary failed; retrying");
+                    error = Some(e);
                 }
             }
         }
@@ -144,12 +208,16 @@ impl Node {
             }))
             .await;
             for (i, result) in resent {
-                if let Ok(codes) = result {
-                    out[i] = codes.into_iter().next().flatten();
+                match result {
+                    Ok(codes) => out[i] = codes.into_iter().next().flatten(),
+                    Err(e) => error = Some(e),
                 }
             }
         }
-        out
+        RenewReplies {
+            replies: out,
+            error,
+        }
     }
 
     /// One pipeline to the cluster primary that serves `slot`: a [`scripts::RENEW_ANY_SLOT`]

@@ -342,17 +342,18 @@ end
 /// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
 /// written, or with the waiters' mark set: see `ACQUIRE`), or the set no longer holds the
 /// member (see `renew_one!`).
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        renew_one!(),
-        r"local out = {}
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_CODE));
+
+/// The text of [`RENEW`], for a `SCRIPT LOAD` sent ahead of the first renewal.
+pub(crate) const RENEW_CODE: &str = concat!(
+    renew_one!(),
+    r"local out = {}
 for i, key in ipairs(KEYS) do
   out[i] = renew_one(key, ARGV[2 * i - 1], ARGV[2 * i]) or 0
 end
 return out
 ",
-    ))
-});
+);
 
 /// Lua, for the release scripts once the key is no longer held: with waiters queued, grants the
 /// lock to the first live one and returns (see `RELEASE`); falls through when nobody queues. Uses

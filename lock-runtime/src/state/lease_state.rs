@@ -1,6 +1,6 @@
 //! What every part of the engine knows about one held lease, and how long it is known valid.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ pub(crate) struct LeaseState {
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
     /// The fence counter is written at release (the lease came by the plain-command path).
-    pub record_fence: bool,
+    record_fence: AtomicBool,
     /// The key's expiry, set again at each renewal (the options' `lease`).
     pub ttl: Duration,
     pub renew: Duration,
@@ -49,8 +49,32 @@ pub(crate) struct LeaseState {
     /// When the call that took the lease began, and when the lease was handed to it: set then,
     /// for the release's event (its wait and hold time), when that event is on.
     pub handed_out: OnceLock<(Instant, Instant)>,
+    /// The acquire's grant is known. A lease renewed early (see `LeaseState::provisional`) is
+    /// not granted until its acquire is answered.
+    granted: AtomicBool,
+    /// How the renewals since the last confirmed one failed.
+    failing: Mutex<Failing>,
     /// Where the sections nested directly in the outermost call take turns (see `held`).
     pub sections: tokio::sync::Mutex<()>,
+}
+
+/// Renewals that failed with a server error since the last confirmed one.
+#[derive(Default)]
+struct Failing {
+    /// The last error; `None` once a renewal is confirmed.
+    error: Option<redis::RedisError>,
+    /// A failed renewal of this hold was logged already: once per hold is enough.
+    logged: bool,
+}
+
+/// How often a lease of `lease`, renewed every `renew`, is renewed when a round trip takes
+/// `rtt`: `renew`, or on a slow link a third of what the lease leaves after one round trip,
+/// `(lease - rtt) / 3`, so that of the renewals sent one and two periods after a confirmed one,
+/// either is confirmed before that one's validity ends (the default `renew`, `lease / 3`, is the
+/// same rule without a round trip). Renewals then overlap (several are in flight at once). Never
+/// more often than every `lease / 20`: a server slowed down by load is not sent ever more.
+pub(crate) fn renew_period(lease: Duration, renew: Duration, rtt: Duration) -> Duration {
+    renew.min((lease.saturating_sub(rtt) / 3).max(lease / 20))
 }
 
 /// The parts of a lease fixed at acquire time.
@@ -103,6 +127,16 @@ impl LeaseState {
 
     /// A lease valid until `started + set_for - drift`.
     pub(crate) fn new(g: Granted) -> Self {
+        let state = Self::provisional(g);
+        state.granted.store(true, Ordering::Release);
+        state
+    }
+
+    /// The lease an acquire still unanswered would grant, so that it can be renewed before the
+    /// reply comes (on a link so slow that a renewal sent after the reply would come too late).
+    /// [`Self::grant`] makes it the lease once the acquire is granted; [`Self::discard`] drops it
+    /// otherwise.
+    pub(crate) fn provisional(g: Granted) -> Self {
         let drift = crate::drift_for(g.ttl);
         let status = StatusCell::new(Status {
             valid_until: g.started + g.set_for.saturating_sub(crate::drift_for(g.set_for)),
@@ -117,7 +151,7 @@ impl LeaseState {
             permits: g.permits,
             also_renews: g.also_renews,
             fence: AtomicU64::new(g.fence),
-            record_fence: g.record_fence,
+            record_fence: AtomicBool::new(g.record_fence),
             ttl: g.ttl,
             renew: g.renew,
             drift,
@@ -129,7 +163,54 @@ impl LeaseState {
             ended: AtomicBool::new(false),
             runs_body: AtomicBool::new(false),
             handed_out: OnceLock::new(),
+            granted: AtomicBool::new(false),
+            failing: Mutex::default(),
             sections: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The acquire of a [`Self::provisional`] lease was granted, with this fence.
+    pub(crate) fn grant(&self, fence: u64, record_fence: bool) {
+        self.set_fence(fence);
+        self.record_fence.store(record_fence, Ordering::Release);
+        self.granted.store(true, Ordering::Release);
+    }
+
+    /// Whether the acquire's grant is known (see [`Self::provisional`]).
+    pub(crate) fn is_granted(&self) -> bool {
+        self.granted.load(Ordering::Acquire)
+    }
+
+    /// Ends a [`Self::provisional`] lease whose acquire was not granted: never held, nothing to
+    /// count or log.
+    pub(crate) fn discard(&self) {
+        self.ended.store(true, Ordering::Release);
+    }
+
+    /// Whether the fence counter is to be written at release (plain-command path).
+    pub(crate) fn records_fence(&self) -> bool {
+        self.record_fence.load(Ordering::Acquire)
+    }
+
+    /// How often this lease is renewed when a round trip takes `rtt` (see [`renew_period`]).
+    pub(crate) fn period(&self, rtt: Duration) -> Duration {
+        renew_period(self.ttl, self.renew, rtt)
+    }
+
+    /// Records a renewal that failed with `error`; true for the first one of this hold, which
+    /// is logged.
+    pub(crate) fn renewal_failed(&self, error: &redis::RedisError) -> bool {
+        let mut failing = self.failing.lock().expect("lease failure lock");
+        failing.error = Some(error.clone());
+        !std::mem::replace(&mut failing.logged, true)
+    }
+
+    /// Why a lease whose validity ran out is lost: [`LostReason::Unreachable`] when the renewals
+    /// since the last confirmed one failed with server errors.
+    pub(crate) fn expired_reason(&self) -> LostReason {
+        match self.failing.lock().expect("lease failure lock").error {
+            Some(_) => LostReason::Unreachable,
+            None => LostReason::ValidityExpired,
         }
     }
 
@@ -160,10 +241,21 @@ impl LeaseState {
         }
     }
 
+    /// The error of a loss for `reason`; an unreachable server's last error is its source.
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
+        let source = match reason {
+            LostReason::Unreachable => self
+                .failing
+                .lock()
+                .expect("lease failure lock")
+                .error
+                .clone(),
+            _ => None,
+        };
         LockError::Lost {
             name: self.name.clone(),
             reason,
+            source,
         }
     }
 
@@ -173,13 +265,24 @@ impl LeaseState {
     pub(crate) fn confirm(&self, sent: Instant) -> bool {
         let until = sent + self.ttl - self.drift;
         let now = Instant::now();
-        let mut lost_now = false;
+        let mut lost_now = None;
+        // The failures since the last confirmed renewal end here; they may be why it is late.
+        let expired = match self
+            .failing
+            .lock()
+            .expect("lease failure lock")
+            .error
+            .take()
+        {
+            Some(_) => LostReason::Unreachable,
+            None => LostReason::ValidityExpired,
+        };
         self.status.send_if_modified(|s| {
             if s.lost.is_some() {
                 false
             } else if now >= s.valid_until {
-                s.lost = Some(LostReason::ValidityExpired);
-                lost_now = true;
+                s.lost = Some(expired);
+                lost_now = Some(expired);
                 true
             } else if until > s.valid_until {
                 s.valid_until = until;
@@ -188,8 +291,8 @@ impl LeaseState {
                 false
             }
         });
-        if lost_now {
-            self.log_lost(LostReason::ValidityExpired);
+        if let Some(reason) = lost_now {
+            self.log_lost(reason);
         } else if self.status.get().lost.is_none() {
             crate::plumbing::telemetry::renewed(self.label(), sent.elapsed());
         }
@@ -211,7 +314,11 @@ impl LeaseState {
         }
     }
 
+    /// Logs and counts a loss; a lease whose acquire is unanswered yet was never held.
     fn log_lost(&self, reason: LostReason) {
+        if !self.is_granted() {
+            return;
+        }
         let body = self.runs_body.load(Ordering::Acquire);
         crate::plumbing::telemetry::lost(self.label(), reason, self.held_since(), body);
     }
