@@ -4,7 +4,29 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
-/// Why a lock could not be taken or kept. Every variant names the lock.
+/// Why a lock could not be taken or kept. Every variant names the lock, and its message says
+/// what to do. Match the variants a caller handles, and keep a catch-all arm: the enum is
+/// `#[non_exhaustive]`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_runtime::{LockError, LockOptions, Locker};
+///
+/// async fn nightly(locker: &Locker) -> Result<(), LockError> {
+///     let opts = LockOptions::new(Duration::from_secs(600));
+///     match locker.run("nightly", &opts, async |_lease| { /* the work */ }).await {
+///         Ok(()) => Ok(()),
+///         // Another instance runs it: nothing to do this time.
+///         Err(LockError::Busy { .. }) => Ok(()),
+///         // The body was cancelled: another holder may have run at the same time.
+///         Err(e @ (LockError::Lost { .. } | LockError::MaxExecExceeded { .. })) => {
+///             eprintln!("`{}` did not finish under the lock: {e}", e.lock_name());
+///             Err(e)
+///         }
+///         Err(e) => Err(e),
+///     }
+/// }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
