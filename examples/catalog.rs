@@ -1,7 +1,7 @@
 //! Many readers or one writer, across every process: `shared`.
 //!
-//! Run: `cargo xtask example catalog` or `cargo run --example catalog` (uses `REDIS_URL` when
-//! set, else a private redis-server).
+//! Run: `cargo xtask example catalog` or `cargo run -p lock-examples --example catalog` (uses
+//! `REDIS_URL` when set, else a private redis-server).
 //!
 //! A shop's catalogue is read by many handlers and rebuilt now and then. 8 tasks read it through
 //! `#[distributed_lock(.., shared)]`, which lets readers in together; one task rebuilds it through
@@ -51,7 +51,7 @@ async fn rebuild_catalog(shop: &str) -> Result<(), LockError> {
 
 #[tokio::main]
 async fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     let locker = Locker::connect(&url).await.expect("connect");
     lock_runtime::set_default_locker(locker).expect("first default locker");

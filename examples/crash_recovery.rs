@@ -1,8 +1,9 @@
 //! A long job whose holder crashes: `lease` frees the lock within seconds, while a live holder
 //! may run for as long as `ttl` allows.
 //!
-//! Run: `cargo xtask example crash_recovery` or `cargo run --example crash_recovery` (uses
-//! `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example crash_recovery` or
+//! `cargo run -p lock-examples --example crash_recovery` (uses `REDIS_URL` when set, else a
+//! private redis-server).
 //!
 //! The nightly job may run for two hours (`ttl = "2h"`), and its key expires 2 s after its last
 //! renewal (`lease = "2s"`, renewed every `lease / 3`). The example starts the job in a worker
@@ -41,7 +42,7 @@ async fn use_locker(url: &str, label: &str) {
 
 #[tokio::main]
 async fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, url] = &args[..]
         && flag == "--worker"

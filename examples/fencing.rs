@@ -1,6 +1,7 @@
 //! Fencing tokens: why a lease alone cannot protect a write, and how the fence does.
 //!
-//! Run: `cargo run --example fencing` (uses `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example fencing` or `cargo run -p lock-examples --example fencing` (uses
+//! `REDIS_URL` when set, else a private redis-server).
 //!
 //! Holder A takes the lock and then stalls (a GC pause, a stopped VM: here, a blocked thread)
 //! for longer than its ttl. Its key expires, B takes the lock with a higher fence and writes.
@@ -35,7 +36,7 @@ impl FencedStore {
 }
 
 fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     let store = Arc::new(FencedStore::default());
     let ttl = Duration::from_millis(300);

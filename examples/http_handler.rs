@@ -1,8 +1,10 @@
 //! An HTTP route that must not work on the same order twice at once, across every instance of
 //! the service.
 //!
-//! Run: `cargo xtask example http_handler` or `cargo run --example http_handler` (uses
-//! `REDIS_URL` when set, else a private redis-server; `RUST_LOG=debug` shows the engine's events).
+//! Run: `cargo xtask example http_handler` or
+//! `cargo run -p lock-examples --features http --example http_handler` (the feature builds axum;
+//! uses `REDIS_URL` when set, else a private redis-server; `RUST_LOG=debug` shows the engine's
+//! events).
 //!
 //! `POST /orders/{id}/ship` calls `ship`, whose lock is named after the order (`order:{id}`):
 //! requests for different orders run side by side, and a request for an order that another
@@ -100,7 +102,7 @@ async fn post_request(addr: std::net::SocketAddr, path: &str) -> (String, String
 
 #[tokio::main]
 async fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     lock_runtime::set_default_locker(Locker::connect(&url).await.expect("connect"))
         .expect("first default");

@@ -1,6 +1,7 @@
 //! The manual API: `Locker::acquire` / `Lease::release`, and `Locker::run`.
 //!
-//! Run: `cargo run --example manual` (uses `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example manual` or `cargo run -p lock-examples --example manual` (uses
+//! `REDIS_URL` when set, else a private redis-server).
 //!
 //! Shows: a second taker is refused while the lease is held; a waiter is woken by the release;
 //! fences grow with each acquisition; `run` cancels a body that outlives `max_exec`.
@@ -12,7 +13,7 @@ use lock_testing::redis_url_or_private_server;
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     // A private server unless REDIS_URL points at one (kept alive until the end of main).
     let (url, _server) = redis_url_or_private_server();
     let locker = Locker::connect(&url).await?;

@@ -1,7 +1,8 @@
 //! At most N calls at once to a rate-limited partner, across every process: `permits = N`.
 //!
-//! Run: `cargo xtask example partner_api` or `cargo run --example partner_api` (uses
-//! `REDIS_URL` when set, else a private redis-server).
+//! Run: `cargo xtask example partner_api` or
+//! `cargo run -p lock-examples --example partner_api` (uses `REDIS_URL` when set, else a private
+//! redis-server).
 //!
 //! The partner allows 3 calls at a time. 10 tasks each make 4 calls through
 //! `#[distributed_lock(.., permits = 3)]`; each call holds one permit (with its own lease and
@@ -35,7 +36,7 @@ async fn call_partner(task: u32, call: u32) -> Result<(), LockError> {
 
 #[tokio::main]
 async fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let (url, _server) = redis_url_or_private_server();
     let locker = Locker::connect(&url).await.expect("connect");
     lock_runtime::set_default_locker(locker).expect("first default locker");

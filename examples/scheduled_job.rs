@@ -1,13 +1,17 @@
 //! A scheduled job that must run once per tick across every process that schedules it.
 //!
-//! Run: `cargo xtask example` or `cargo run --example scheduled_job` (uses `REDIS_URL` when set,
-//! else a private redis-server; `RUST_LOG=debug` also shows the engine's events).
+//! Run: `cargo xtask example` or `cargo run -p lock-examples --example scheduled_job` (uses
+//! `REDIS_URL` when set, else a private redis-server; `RUST_LOG=debug` also shows the engine's
+//! events).
+//!
+//! The job to copy is `send_report` below: `min_hold` is what makes it run once per tick.
 //!
 //! The example starts three copies of itself as worker processes, as three machines would run
-//! the service. Each schedules `send_report` every second with `tokio-cron-scheduler`. Their
-//! schedules never fire at exactly the same moment (clocks and schedulers differ: here worker
-//! `i` starts 40 ms after worker `i - 1`), and the job takes 20 ms, so by the time a late worker
-//! fires, an early one may already have finished:
+//! the service. Each fires `send_report` at every whole second of its own clock, as a cron
+//! schedule does (a scheduler crate such as tokio-cron-scheduler calls the same function). The
+//! machines' clocks differ a little (here worker `i`'s runs 40 ms behind worker `i - 1`'s), and
+//! the job takes 20 ms, so by the time a late worker fires, an early one may already have
+//! finished:
 //!
 //! - without `min_hold`, the lock is free again when the early worker's 20 ms are over, and a
 //!   late worker runs the same tick again;
@@ -23,11 +27,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::{Locker, distributed_lock};
 use lock_testing::redis_url_or_private_server;
-use tokio_cron_scheduler::{Job, JobScheduler};
 
 const WORKERS: u32 = 3;
 /// Ticks each round lets the workers run.
 const TICKS: u64 = 4;
+/// How far each worker's clock is behind the one before.
+const SKEW: Duration = Duration::from_millis(40);
 
 /// Sends the daily report; runs on one worker per tick, cluster-wide. A worker that finds the
 /// lock held skips the tick (`()` return: the skip is logged at `debug`).
@@ -48,7 +53,8 @@ async fn report(worker: u32, tick: u64) {
     tokio::time::sleep(Duration::from_millis(20)).await;
 }
 
-/// A worker process: schedules the job every second from `start`, for [`TICKS`] ticks.
+/// A worker process: fires the job at each of the [`TICKS`] whole seconds after `start`, by a
+/// clock [`SKEW`] times its id behind the parent's.
 async fn worker(id: u32, with_min_hold: bool, url: &str, start: SystemTime) {
     let locker = Locker::builder()
         .url(url)
@@ -57,33 +63,25 @@ async fn worker(id: u32, with_min_hold: bool, url: &str, start: SystemTime) {
         .await
         .expect("connect");
     lock_runtime::set_default_locker(locker).expect("first default locker");
-    let scheduler = JobScheduler::new().await.expect("scheduler");
-    // Each worker starts its schedule 40 ms after the one before, as machines' clocks differ.
-    sleep_until(start + Duration::from_millis(40) * id).await;
-    let job = Job::new_async("* * * * * *", move |_, _| {
-        Box::pin(async move {
-            let tick = unix_secs(SystemTime::now());
-            if with_min_hold {
-                send_report(id, tick).await;
-            } else {
-                send_report_without_min_hold(id, tick).await;
-            }
-        })
-    })
-    .expect("a cron schedule");
-    scheduler.add(job).await.expect("add the job");
-    scheduler.start().await.expect("start the scheduler");
-    // Stop between ticks, well after the last one fired.
-    sleep_until(start + Duration::from_millis(TICKS * 1000 + 600)).await;
+    for tick in 1..=TICKS {
+        // A tick is named by its second, as the worker's own clock shows it.
+        let second = start + Duration::from_secs(tick);
+        sleep_until(second + SKEW * id).await;
+        let tick = unix_secs(second);
+        if with_min_hold {
+            send_report(id, tick).await;
+        } else {
+            send_report_without_min_hold(id, tick).await;
+        }
+    }
 }
 
 /// The parent: runs one round of [`WORKERS`] worker processes; returns the workers that ran
 /// each tick, by tick.
 fn round(url: &str, with_min_hold: bool) -> BTreeMap<u64, Vec<u32>> {
-    // Early enough for every worker to be connected; a quarter past a whole second, so that
-    // each tick fires well inside its second.
+    // Early enough for every worker to be connected before the first tick, a second later.
     let start = unix_secs(SystemTime::now()) + 2;
-    let start_ms = start * 1000 + 250;
+    let start_ms = start * 1000;
     let children: Vec<Child> = (0..WORKERS)
         .map(|id| {
             Command::new(std::env::current_exe().expect("this program"))
@@ -123,7 +121,7 @@ fn show(runs: &BTreeMap<u64, Vec<u32>>) -> bool {
 
 #[tokio::main]
 async fn main() {
-    lock_suite::show_lock_events();
+    lock_examples::show_lock_events();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let [flag, id, with_min_hold, url, start_ms] = &args[..]
         && flag == "--worker"
@@ -135,13 +133,15 @@ async fn main() {
     }
     let (url, _server) = redis_url_or_private_server();
     println!(
-        "{WORKERS} worker processes schedule the report every second (locks on {url}; \
+        "{WORKERS} worker processes run the report every second (locks on {url}; \
          `lockctl --url {url} watch daily-report` shows who holds it)"
     );
     println!("without min_hold (a late worker runs the tick again):");
     let without = round(&url, false);
     show(&without);
-    println!("with min_hold = \"800ms\" (the job to copy):");
+    println!(
+        "with min_hold = \"800ms\" (the job to copy: send_report in examples/scheduled_job.rs):"
+    );
     let with = round(&url, true);
     if show(&with) {
         println!("each of the {TICKS} ticks ran once, on one of the {WORKERS} workers");

@@ -3,8 +3,8 @@
 //! and Rust workers through `#[distributed_lock]` on a `KeyFormat::Plain` locker, all
 //! incrementing one counter with a read-sleep-write. With plain keys no update is lost; the
 //! unsafe control (the Rust side on the default hash-tagged keys, which are other keys than
-//! Python's) loses updates. Needs `python3` with redis-py (`cargo xtask test` installs it with
-//! pip when it is missing).
+//! Python's) loses updates. Needs redis-py: in the virtual environment that `cargo xtask test`
+//! (or `cargo xtask setup`) makes in `target/tmp/python-venv`, else in `python3` itself.
 
 pub mod support;
 
@@ -50,18 +50,34 @@ async fn increment(
     Ok(())
 }
 
-/// Fails the test, saying what to do, when `python3` or redis-py is missing (never a silent skip).
+/// The virtual environment that `cargo xtask setup` makes for this test, under cargo's directory
+/// for the integration tests' files.
+const VENV: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/python-venv");
+
+/// The Python that runs the workers: the virtual environment's when there is one, else `python3`.
+fn python() -> String {
+    let venv = format!("{VENV}/bin/python3");
+    if std::path::Path::new(&venv).exists() {
+        venv
+    } else {
+        "python3".to_owned()
+    }
+}
+
+/// Fails the test, saying what to do, when Python or redis-py is missing (never a silent skip).
 fn python_ready() {
-    let check = Command::new("python3")
-        .args(["-c", "import redis"])
-        .output();
+    let python = python();
+    let check = Command::new(&python).args(["-c", "import redis"]).output();
     match check {
         Ok(out) if out.status.success() => {}
         Ok(out) => panic!(
-            "redis-py is missing: run `python3 -m pip install redis` (cargo xtask test does): {}",
+            "{python} cannot import redis-py: run `cargo xtask setup`, which installs it in the \
+             virtual environment {VENV}: {}",
             String::from_utf8_lossy(&out.stderr)
         ),
-        Err(e) => panic!("python3 is needed for this test (install python3 and pip): {e}"),
+        Err(e) => panic!(
+            "{python} is needed for this test: install python3, then run `cargo xtask setup`: {e}"
+        ),
     }
 }
 
@@ -73,7 +89,7 @@ struct PythonWorker {
 
 impl PythonWorker {
     fn spawn(url: &str) -> Self {
-        let mut child = Command::new("python3")
+        let mut child = Command::new(python())
             .args([
                 SCRIPT,
                 url,
@@ -85,7 +101,7 @@ impl PythonWorker {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("python3 runs");
+            .expect("python runs");
         let stdout = child.stdout.take().map(BufReader::new);
         Self { child, stdout }
     }
@@ -302,12 +318,12 @@ print('RELEASED', flush=True)
 "#,
         dir = dir.display().to_string()
     );
-    let child = Command::new("python3")
+    let child = Command::new(python())
         .args(["-c", &program, &server.url()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("python3 runs");
+        .expect("python runs");
     let mut python = PythonWorker {
         stdout: None,
         child,

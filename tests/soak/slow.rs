@@ -301,7 +301,11 @@ impl Worker {
                     };
                     self.timeline.losses.lock().unwrap().push(loss);
                     let name = self.name.clone();
-                    counts.record::<()>(&Err(LockError::Lost { name, reason, source: None }));
+                    counts.record::<()>(&Err(LockError::Lost {
+                        name,
+                        reason,
+                        source: None,
+                    }));
                     // Whatever the release finds, the loss was reported.
                     let _ = lease.release().await;
                 }

@@ -1,6 +1,8 @@
 //! Project tasks: `cargo xtask test` (everything CI runs), `cargo xtask example [name]`,
 //! `cargo xtask bench`. Each installs `redis-server` first when it is missing.
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
@@ -18,7 +20,7 @@ fn main() -> ExitCode {
                  test     fmt check, clippy -D warnings, every test (including the slow ones)\n  \
                  example  run an example against a private redis-server (default: scheduled_job)\n  \
                  bench    clippy on the benchmark package, then the benchmark table\n  \
-                 setup    install what the tests need when missing (redis-server, cc, redis-py)"
+                 setup    get what the tests need when missing (redis-server, cc; redis-py in a venv)"
             );
             return ExitCode::from(2);
         }
@@ -85,12 +87,16 @@ fn bench() -> Result<(), String> {
 
 fn example(name: &str) -> Result<(), String> {
     ensure_redis()?;
-    // Not --quiet: on a fresh clone the first build takes a few minutes, and cargo's progress
-    // shows that something is happening.
-    eprintln!(
-        "xtask: building and running the example `{name}` (the first build takes a few minutes)"
-    );
-    run("cargo", &["run", "--example", name])
+    // Not --quiet: on a fresh clone the first build takes a while, and cargo's progress shows
+    // that something is happening.
+    eprintln!("xtask: building and running the example `{name}` (the first build takes a while)");
+    let mut args = vec!["run", "--package", "lock-examples", "--example", name];
+    // The one example with a dependency of its own (axum) has a feature for it, so that the
+    // other examples never build it.
+    if name == "http_handler" {
+        args.extend(["--features", "http"]);
+    }
+    run("cargo", &args)
 }
 
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
@@ -109,118 +115,177 @@ fn run(program: &str, args: &[&str]) -> Result<(), String> {
 /// Makes sure a `redis-server` binary is available: `REDIS_SERVER_BIN`, or PATH, or apt-get.
 fn ensure_redis() -> Result<(), String> {
     let bin = std::env::var("REDIS_SERVER_BIN").unwrap_or_else(|_| "redis-server".to_owned());
-    if Command::new(&bin)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if succeeds(&bin, &["--version"]) {
         return Ok(());
     }
-    eprintln!("xtask: `{bin}` not found; installing the Debian package redis-server");
-    apt_install("redis-server").map_err(|e| {
-        format!("{e} (e.g. `brew install redis`), or set REDIS_SERVER_BIN to its path")
+    apt_install(
+        &["redis-server"],
+        &format!(
+            "`{bin}` was not found; the tests and examples run private redis-server processes"
+        ),
+    )
+    .map_err(|e| {
+        format!("{e} (elsewhere: `brew install redis`, say), or set REDIS_SERVER_BIN to its path")
     })?;
     // The package may start a service on 6379; the tests never use it, they start their own.
-    if Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
+    if succeeds("redis-server", &["--version"]) {
         Ok(())
     } else {
         Err("redis-server still not found after installing it".to_owned())
     }
 }
 
-/// tests/python_interop.rs runs the Python article's lock with redis-py: `python3` must import
-/// `redis`. When it cannot: `python3` (and its pip) from apt-get if python3 is missing, then
-/// `python3 -m pip install --quiet redis`; each step that cannot be done says what to do instead.
+/// tests/python_interop.rs runs the Python article's lock with redis-py, from a virtual
+/// environment in `<target dir>/tmp/python-venv` (the test finds it through cargo's
+/// `CARGO_TARGET_TMPDIR`). The environment sees the system's packages, so a redis-py installed
+/// there (Debian's python3-redis) is used as it is; otherwise pip installs redis-py into the
+/// environment, never into the system's Python. apt-get is asked only for `python3` itself, or
+/// for Debian's `python3-venv` when `python3 -m venv` cannot make an environment.
 fn ensure_python_redis() -> Result<(), String> {
-    let works = |args: &[&str]| {
-        Command::new("python3")
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let imports = || works(&["-c", "import redis"]);
-    if imports() {
+    let venv = python_venv()?;
+    let python = venv.join("bin").join("python3");
+    let python = python
+        .to_str()
+        .ok_or("the target directory's path is not UTF-8")?;
+    let venv = venv
+        .to_str()
+        .ok_or("the target directory's path is not UTF-8")?;
+    if succeeds(python, &["-c", "import redis"]) {
         return Ok(());
     }
-    let by_hand = "tests/python_interop.rs needs python3 with redis-py: install them with your \
-                   package manager (Debian: `apt-get install python3 python3-redis`), or \
-                   `python3 -m pip install redis`, and run this again";
-    if !works(&["--version"]) {
-        eprintln!(
-            "xtask: `python3` not found; installing the Debian packages python3 and python3-pip"
-        );
-        apt_install("python3")
-            .and_then(|()| apt_install("python3-pip"))
+    let by_hand = format!(
+        "tests/python_interop.rs needs redis-py in {venv} (`python3 -m venv \
+         --system-site-packages {venv} && {python} -m pip install redis`) or in python3 itself \
+         (Debian: `apt-get install python3-redis`)"
+    );
+    if !succeeds("python3", &["--version"]) {
+        apt_install(
+            &["python3", "python3-venv"],
+            "`python3` was not found, and tests/python_interop.rs runs Python workers with redis-py",
+        )
+        .map_err(|e| format!("{e}; {by_hand}"))?;
+    }
+    if !succeeds(python, &["-m", "pip", "--version"]) {
+        eprintln!("xtask: making the Python virtual environment {venv} for redis-py");
+        let make = || {
+            run(
+                "python3",
+                &["-m", "venv", "--clear", "--system-site-packages", venv],
+            )
+        };
+        if make().is_err() || !succeeds(python, &["-m", "pip", "--version"]) {
+            // Debian's python3 makes environments with pip only with its python3-venv package.
+            apt_install(
+                &["python3-venv"],
+                "`python3 -m venv` could not make a virtual environment with pip (Debian ships \
+                 that part of Python as python3-venv)",
+            )
+            .and_then(|()| make())
+            .map_err(|e| format!("{e}; {by_hand}"))?;
+        }
+    }
+    if !succeeds(python, &["-c", "import redis"]) {
+        eprintln!("xtask: installing redis-py into {venv} with pip");
+        run(python, &["-m", "pip", "install", "--quiet", "redis"])
             .map_err(|e| format!("{e}; {by_hand}"))?;
     }
-    if !works(&["-m", "pip", "--version"]) {
-        eprintln!("xtask: python3 has no pip; installing the Debian package python3-pip");
-        apt_install("python3-pip").map_err(|e| {
-            format!(
-                "{e}; python3 has no pip: `python3 -m ensurepip --upgrade` may bring it, or \
-                 {by_hand}"
-            )
-        })?;
-    }
-    eprintln!("xtask: python3 cannot import redis (redis-py); installing it with pip");
-    let pip = |extra: &[&str]| {
-        let mut args = vec!["-m", "pip", "install", "--quiet", "redis"];
-        args.extend_from_slice(extra);
-        run("python3", &args)
-    };
-    // Debian's own python3 refuses system-wide pip installs unless told otherwise.
-    if pip(&[]).is_err() {
-        pip(&["--break-system-packages"]).map_err(|e| format!("{e}; {by_hand}"))?;
-    }
-    if imports() {
+    if succeeds(python, &["-c", "import redis"]) {
         Ok(())
     } else {
         Err(format!(
-            "python3 still cannot import redis after `pip install redis`; {by_hand}"
+            "{python} still cannot import redis after `pip install redis`; {by_hand}"
         ))
+    }
+}
+
+/// `<target dir>/tmp/python-venv`: under cargo's `CARGO_TARGET_TMPDIR` of the integration tests,
+/// whatever the target directory is (`CARGO_TARGET_DIR`, `build.target-dir`).
+fn python_venv() -> Result<PathBuf, String> {
+    let out = Command::new("cargo")
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    let json = String::from_utf8_lossy(&out.stdout);
+    let dir = json_string(&json, "target_directory")
+        .ok_or("cargo metadata did not name the target directory")?;
+    Ok(PathBuf::from(dir).join("tmp").join("python-venv"))
+}
+
+/// The string value of the first `"key":"..."` in `json` (cargo metadata's compact output).
+fn json_string(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut value = String::new();
+    let mut chars = json[start..].chars();
+    loop {
+        match chars.next()? {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                c => value.push(c),
+            },
+            c => value.push(c),
+        }
     }
 }
 
 /// The server clock tests (`lock_testing::ServerClock`) compile a small C shim with `cc`.
 fn ensure_c_compiler() -> Result<(), String> {
-    let works = || {
-        Command::new("cc")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if works() {
+    if succeeds("cc", &["--version"]) {
         return Ok(());
     }
-    eprintln!("xtask: `cc` not found; installing the Debian package gcc");
-    apt_install("gcc")?;
-    if works() {
+    apt_install(
+        &["gcc"],
+        "`cc` was not found, and the server clock tests compile a small C library with it",
+    )?;
+    if succeeds("cc", &["--version"]) {
         Ok(())
     } else {
         Err("cc still not found after installing gcc".to_owned())
     }
 }
 
-/// `apt-get install -y <package>` (with sudo when not root), or a hint when there is no apt-get.
-fn apt_install(package: &str) -> Result<(), String> {
-    if Command::new("apt-get").arg("--version").output().is_err() {
+/// Whether `program args` runs and exits with success (its output is not shown).
+fn succeeds(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Installs Debian packages with `apt-get install` (through sudo when not root), after saying
+/// which and why. At a terminal it asks first; without one (CI) it goes ahead. Without apt-get it
+/// says what to install instead.
+fn apt_install(packages: &[&str], why: &str) -> Result<(), String> {
+    let list = packages.join(" ");
+    if !succeeds("apt-get", &["--version"]) {
         return Err(format!(
-            "{package} is missing and apt-get is not available: install it with your package manager"
+            "{why}: install {list} with your package manager (apt-get is not available)"
         ));
     }
-    let sudo: &[&str] = if is_root() { &[] } else { &["sudo"] };
+    let sudo = if is_root() { "" } else { "sudo " };
+    let how = format!("{sudo}apt-get install {list}");
+    eprintln!("xtask: {why}.\nxtask: this installs the system package(s) {list}: `{how}`");
+    if std::io::stdin().is_terminal() {
+        eprint!("xtask: go ahead? [Y/n] ");
+        let mut answer = String::new();
+        std::io::stdin()
+            .read_line(&mut answer)
+            .map_err(|e| format!("cannot read the answer: {e}"))?;
+        if answer.trim().to_lowercase().starts_with('n') {
+            return Err(format!("{list} not installed: run `{how}` yourself"));
+        }
+    }
     let apt = |args: &[&str]| {
-        let mut full: Vec<&str> = sudo.to_vec();
+        let mut full: Vec<&str> = sudo.split_whitespace().collect();
         full.push("apt-get");
         full.extend_from_slice(args);
         run(full[0], &full[1..])
     };
     apt(&["update", "-q"])?;
-    apt(&["install", "-y", "-q", "--no-install-recommends", package])
+    let mut install = vec!["install", "-y", "-q", "--no-install-recommends"];
+    install.extend_from_slice(packages);
+    apt(&install)
 }
 
 fn is_root() -> bool {

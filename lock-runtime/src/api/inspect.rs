@@ -380,6 +380,24 @@ impl Locker {
     /// with its fence, each held permit), the last fence recorded, the time left on its key, and
     /// its waiters in order; `None` when it is free (a lock with permits: when none is held).
     /// On Redlock, the value a majority of nodes hold (with the least time left among them).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// let locker = lock_runtime::Locker::connect("redis://127.0.0.1:6379").await?;
+    /// match locker.inspect("invoice:42").await? {
+    ///     None => println!("free"),
+    ///     Some(info) => {
+    ///         for holding in &info.holders {
+    ///             // `holder` is `None` for a value another client wrote.
+    ///             if let Some(who) = &holding.holder {
+    ///                 println!("held by pid {} on {} since {:?}", who.pid, who.host, who.since);
+    ///             }
+    ///         }
+    ///         println!("{} waiting, key expires in {:?}", info.waiters.len(), info.ttl_left);
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
         let key = self.key_of(name);
         let deployment = &self.acquirer().deployment;
@@ -482,6 +500,19 @@ impl Locker {
     /// releases the whole shared hold. `Ok(false)` when
     /// the value changed meanwhile (nothing was touched). The holder, if alive, learns at its
     /// next renewal that it lost the lock, and its body is cancelled.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_runtime::Locker) -> Result<(), lock_runtime::LockError> {
+    /// // The holder's machine is gone for good: free the lock, unless it changed hands since.
+    /// if let Some(info) = locker.inspect("nightly").await? {
+    ///     if locker.force_release("nightly", &info.value).await? {
+    ///         println!("released; the first waiter gets it");
+    ///     } else {
+    ///         println!("held by someone else by now; nothing was touched");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn force_release(&self, name: &str, value: &str) -> Result<bool, LockError> {
         let deployment = &self.acquirer().deployment;
         let keys = deployment.keys(self.key_of(name));

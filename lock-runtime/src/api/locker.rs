@@ -100,6 +100,18 @@ impl Locker {
     /// Inside a [`run`](Self::run) body (or a `#[distributed_lock]` function) that holds `name`
     /// through this locker, the lease already held is returned at once; releasing or dropping
     /// that one does nothing, the outer call releases.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: lock_runtime::Locker) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// use lock_runtime::LockOptions;
+    ///
+    /// let opts = LockOptions::new(Duration::from_secs(30)).with_wait(Duration::from_secs(5));
+    /// let lease = locker.acquire("invoice:42", &opts).await?; // `Busy` after 5 s of waiting
+    /// println!("holding {} under fence {}", lease.name(), lease.fence());
+    /// lease.release().await?; // or drop it: released in the background
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
         opts.validate_for(name)?;
         check_name(name, self.inner.format)?;

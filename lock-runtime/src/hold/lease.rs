@@ -16,6 +16,30 @@ use crate::{LockError, LostReason};
 /// A lease taken by a nested call on a name its task already holds (see
 /// [`Locker::run`](crate::Locker::run)) is the outer lease seen again: releasing or dropping it
 /// does nothing, the outer call releases.
+///
+/// Taken by hand, a lease is the body's to watch: stop working when it is [`lost`](Self::lost),
+/// and pass its [`fence`](Self::fence) with every write, so that storage can refuse a write from
+/// a holder that lost the lock while paused.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_runtime::{LockError, LockOptions, Locker};
+///
+/// async fn export(locker: &Locker) -> Result<(), LockError> {
+///     let opts = LockOptions::new(Duration::from_secs(60));
+///     let lease = locker.acquire("export", &opts).await?;
+///     tokio::select! {
+///         reason = lease.lost() => eprintln!("stopped: lock `{}` lost ({reason})", lease.name()),
+///         () = write_rows(lease.fence()) => {}
+///     }
+///     lease.release().await // `Lost` if the key was no longer ours
+/// }
+///
+/// /// Stands for writes that carry the fence, to a store that keeps the highest it has seen.
+/// async fn write_rows(fence: u64) {
+///     let _ = fence;
+/// }
+/// ```
 pub struct Lease {
     pub(crate) state: Arc<LeaseState>,
     /// The lease's renewal, and its way to the servers; `None` for a nested lease: someone

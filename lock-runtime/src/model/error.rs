@@ -4,9 +4,30 @@ use std::time::Duration;
 
 use redis::{ErrorKind, ServerErrorKind};
 
-/// Why a lock could not be taken or kept. Every variant made by a lock call names the lock; an
-/// error made outside one (connecting, building a locker) has an empty name, which neither its
-/// message nor its `Debug` shows.
+/// Why a lock could not be taken or kept. Every variant made by a lock call names the lock (an
+/// error made outside one, connecting or building a locker, has an empty name, which neither
+/// its message nor its `Debug` shows), and its message says what to do. Match the variants a caller handles, and keep a catch-all arm: the enum is
+/// `#[non_exhaustive]`.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use lock_runtime::{LockError, LockOptions, Locker};
+///
+/// async fn nightly(locker: &Locker) -> Result<(), LockError> {
+///     let opts = LockOptions::new(Duration::from_secs(600));
+///     match locker.run("nightly", &opts, async |_lease| { /* the work */ }).await {
+///         Ok(()) => Ok(()),
+///         // Another instance runs it: nothing to do this time.
+///         Err(LockError::Busy { .. }) => Ok(()),
+///         // The body was cancelled: another holder may have run at the same time.
+///         Err(e @ (LockError::Lost { .. } | LockError::MaxExecExceeded { .. })) => {
+///             eprintln!("`{}` did not finish under the lock: {e}", e.lock_name());
+///             Err(e)
+///         }
+///         Err(e) => Err(e),
+///     }
+/// }
+/// ```
 #[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {

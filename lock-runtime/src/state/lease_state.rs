@@ -1,7 +1,7 @@
 //! What every part of the engine knows about one held lease, and how long it is known valid.
 
-use std::sync::{Mutex, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
