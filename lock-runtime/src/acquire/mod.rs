@@ -445,8 +445,17 @@ impl Acquirer {
         // The grant was made after that attempt reached the server, for the waiter's grace: the
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
         let grace = place.waiter.grace;
-        if Instant::now() >= *sent + grace.saturating_sub(crate::drift_for(grace)) {
+        let valid_until = *sent + grace.saturating_sub(crate::drift_for(grace));
+        let now = Instant::now();
+        if now >= valid_until {
             self.deployment.forget(keys, token, opts.kind());
+            return None;
+        }
+        // Too little of the grace is known left for the first renewal (sent half-way) to come
+        // back in time over this link (the grace was set by an attempt made before the link
+        // slowed): the next attempt, made at once, takes the grant over with a lease of its
+        // own, valid from its own request.
+        if valid_until - now < place.node().rtt() * 2 + crate::drift_for(grace) {
             return None;
         }
         let keys = permit.as_ref().unwrap_or(keys);
