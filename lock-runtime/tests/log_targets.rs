@@ -2,8 +2,13 @@
 //! `docs/operations.md` documents, so that operators filter on targets that do not move with the
 //! code's module paths. This test names any event without one, or with another.
 
+#[path = "../../lock-macros/tests/module_graph/mod.rs"]
+mod module_graph;
+
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use module_graph::rust_files;
 
 /// The targets, as documented.
 const TARGETS: [&str; 4] = [
@@ -26,17 +31,6 @@ const MACROS: [&str; 10] = [
     "warn_span!(",
     "error_span!(",
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Each event macro in `code`: its line and the target it names, if any.
 fn events(code: &str) -> Vec<(usize, Option<String>)> {
@@ -67,7 +61,7 @@ fn events(code: &str) -> Vec<(usize, Option<String>)> {
 fn every_event_names_a_documented_target() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(&src, &mut files).unwrap();
     let mut wrong = Vec::new();
     let mut seen = 0;
     for file in files {

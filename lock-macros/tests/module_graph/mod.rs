@@ -127,7 +127,8 @@ impl ModuleGraph {
     }
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
+/// Every `.rs` file under `dir`, into `out`, in path order.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     let mut entries: Vec<PathBuf> = fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<io::Result<_>>()?;
