@@ -10,10 +10,10 @@ use tokio::time::Instant;
 
 use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
-use crate::deployment::{Acquired, Ask, Deployment, Held, Late};
+use crate::deployment::{Acquired, Ask, Deployment, Late};
 use crate::hold::watchdog::{Renewing, Watchdog};
-use crate::model::keys::{Keys, PERMITS_MARK};
-use crate::model::options::HoldKind;
+use crate::model::hold::{Held, HoldKind};
+use crate::model::keys::Keys;
 use crate::plumbing::telemetry;
 use crate::server::Waiter;
 use crate::server::pubsub::{Grant, Subscription, Wake};
@@ -50,9 +50,8 @@ struct Taken {
     sent: Instant,
     /// How long the key was set for.
     set_for: Duration,
-    /// For a shared hold, the holder's place among the holders (`token` is then the key's
-    /// shared value).
-    reader: Option<String>,
+    /// What is held.
+    held: Held,
 }
 
 /// The outcome of one attempt.
@@ -436,11 +435,7 @@ impl Acquirer {
         // With permits, the grant is of the permit it names; a grant of the other kind (a lock
         // of another mode handed on to this waiter) is not this caller's to hold: its next
         // attempt finds out which mode holds the name.
-        let permit = match (opts.kind(), grant.permit) {
-            (HoldKind::Permits(n), Some(index)) => Some(keys.permit(index, n)),
-            (HoldKind::Permits(_), None) | (_, Some(_)) => return None,
-            _ => None,
-        };
+        let held = opts.kind().held_by_grant(grant.permit)?;
         self.stale_heads.forget(&keys.key);
         // The grant was made after that attempt reached the server, for the waiter's grace: the
         // key lives at least until `sent + grace`; the first renewal (see `hand_out`) extends it.
@@ -458,14 +453,13 @@ impl Acquirer {
         if valid_until - now < place.node().rtt() * 2 + crate::drift_for(grace) {
             return None;
         }
-        let keys = permit.as_ref().unwrap_or(keys);
         let granted = Taken {
             token: token.clone(),
             fence: grant.fence,
             record_fence: false,
             sent: *sent,
             set_for: grace,
-            reader: None,
+            held,
         };
         Some(self.hand_out(name, keys, granted, opts, Late::none(), None))
     }
@@ -528,21 +522,13 @@ impl Acquirer {
         }
         // From here on the lease releases the key on every path, including its own drop.
         in_flight.settle();
-        // What is held: the lock's key, or one of its permits' keys; a shared holder renews
-        // the key's shared value, and leaves the holders under its own token.
-        let (permit, token, reader) = match held {
-            Held::Key => (None, token, None),
-            Held::Permit(index, n) => (Some(keys.permit(index, n)), token, None),
-            Held::Shared(place) => (None, place.value, Some(place.member)),
-        };
-        let keys = permit.as_ref().unwrap_or(keys);
         let taken = Taken {
             token,
             fence,
             record_fence,
             sent,
             set_for: ttl,
-            reader,
+            held,
         };
         Ok(Attempt::Taken(
             self.hand_out(name, keys, taken, opts, late, early),
@@ -598,7 +584,7 @@ impl Acquirer {
             record_fence: false,
             sent,
             set_for: opts.lease(),
-            reader: None,
+            held: Held::Key,
         };
         let state = Arc::new(LeaseState::provisional(granted(
             name.to_owned(),
@@ -618,7 +604,7 @@ impl Acquirer {
     /// an exclusive hold whose attempt may last that long; `None` when the attempt ends first.
     /// (A permit's key and a shared hold's value are known only from the reply.)
     fn early_renewal_at(&self, opts: &LockOptions, sent: Instant) -> Option<Instant> {
-        if opts.kind() != HoldKind::Exclusive {
+        if !opts.kind().held_key_known_before_reply() {
             return None;
         }
         let period = renew_period(opts.lease(), opts.renew(), self.deployment.rtt());
@@ -636,11 +622,11 @@ impl Acquirer {
         validity: Duration,
     ) {
         let limit = self.deployment.response_timeout().min(validity);
-        let keys = match held {
-            Held::Shared(_) => return self.deployment.forget(keys, token, HoldKind::Shared),
-            Held::Permit(index, n) => keys.permit(*index, *n),
-            Held::Key => keys.clone(),
-        };
+        if let Held::Shared { .. } = held {
+            // A place among the holders is left by the holder's token, on its one server.
+            return self.deployment.forget(keys, token, HoldKind::Shared);
+        }
+        let keys = held.keys(keys);
         let abandon = self
             .deployment
             .abandon(&keys, token, granted, Vec::new(), late, limit);
@@ -713,20 +699,13 @@ fn first_renewal(taken: &Taken, opts: &LockOptions) -> Instant {
     }
 }
 
-/// What a lease of the key `keys` names, taken as `taken` says, is made of.
+/// What a lease of the lock `keys` names, taken as `taken` says, is made of.
 fn granted(name: String, keys: &Keys, taken: Taken, opts: &LockOptions) -> Granted {
-    // A shared holder also renews its place among the holders; a permit's holder, the mark on
-    // its lock's key that keeps other modes out.
-    let also_renews = match (&taken.reader, keys.permits()) {
-        (Some(place), _) => Some((keys.readers().to_string(), place.clone())),
-        (None, 0) => None,
-        (None, n) => Some((keys.lock_key().to_owned(), format!("{PERMITS_MARK}{n}"))),
-    };
     Granted {
         name,
-        key: keys.key.clone(),
-        base: keys.base(),
-        token: taken.token,
+        lock: keys.clone(),
+        token: taken.held.token(taken.token),
+        held: taken.held,
         fence: taken.fence,
         record_fence: taken.record_fence,
         ttl: opts.lease(),
@@ -735,10 +714,6 @@ fn granted(name: String, keys: &Keys, taken: Taken, opts: &LockOptions) -> Grant
         min_hold: opts.min_hold(),
         started: taken.sent,
         template: opts.template(),
-        mode: opts.mode(),
-        reader: taken.reader,
-        permits: keys.permits(),
-        also_renews,
     }
 }
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::model::hold::HoldKind;
 use crate::model::keys::Keys;
-use crate::model::options::HoldKind;
 use crate::server::{Node, Waiter};
 
 /// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
@@ -256,7 +256,7 @@ mod tests {
             &node,
             &keys,
             &format!("{suffix};grants=00"),
-            crate::model::options::HoldKind::Exclusive,
+            crate::model::hold::HoldKind::Exclusive,
         );
         // A long grace: a grant left behind would stay for a minute, not expire under the test.
         place.waiter.grace = Duration::from_secs(60);

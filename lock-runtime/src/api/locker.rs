@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::acquire::Acquirer;
+use crate::model::hold::HoldKind;
 use crate::model::keys::{KeyFormat, check_name};
 use crate::{Lease, LockError, LockOptions};
 
@@ -243,7 +244,7 @@ impl Locker {
         held: Arc<crate::state::lease_state::LeaseState>,
         opts: &LockOptions,
     ) -> Result<Lease, LockError> {
-        if held.reader.is_some() && !opts.shared() {
+        if held.held.kind() == HoldKind::Shared && opts.kind() != HoldKind::Shared {
             return Err(LockError::config(
                 &held.name,
                 "an exclusive hold inside a shared hold of the same name, in the same task: a \

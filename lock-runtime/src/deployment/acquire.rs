@@ -7,12 +7,14 @@ use redis::RedisResult;
 
 use super::failure::{Failure, other_mode};
 use super::majority::Tally;
+use super::mode::{Mode, with_mode};
 use super::release::release_quietly;
 use super::replies::AcquireReplies;
-use super::{Acquired, Ask, Deployment, Held, Late};
+use super::{Acquired, Ask, Deployment, Late};
 use crate::LockError;
+use crate::model::hold::Held;
+use crate::model::hold::HoldKind;
 use crate::model::keys::Keys;
-use crate::model::options::HoldKind;
 use crate::plumbing::fanout::Fanout;
 use crate::server::{AcquireReply, AcquireRequest, FastReply};
 use crate::state::lease_state::LeaseState;
@@ -28,17 +30,17 @@ impl Deployment {
         keys: &Keys,
         ask: &Ask<'_>,
     ) -> Result<Acquired, LockError> {
-        match ask.kind {
-            HoldKind::Exclusive => {}
-            HoldKind::Permits(n) => {
-                let node = self.one_server(name, ask.kind)?;
-                return Box::pin(self.acquire_permit(node, name, keys, ask, n)).await;
-            }
-            HoldKind::Shared => {
-                let node = self.one_server(name, ask.kind)?;
-                return Box::pin(self.acquire_shared(node, name, keys, ask)).await;
-            }
-        }
+        with_mode!(ask.kind, |mode| mode.attempt(self, name, keys, ask).await)
+    }
+
+    /// One attempt at the lock's own key (see [`Self::acquire`]): plain commands when one server
+    /// decides alone and nobody queues, the acquire script otherwise.
+    pub(super) async fn acquire_key(
+        &self,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+    ) -> Result<Acquired, LockError> {
         let limit = self.per_node_limit(ask.validity);
         // One server, nobody queued on our behalf: plain commands, no script. Not on a Redis
         // Cluster: there a pipeline that meets a slot in migration is sent again whole to the
@@ -285,11 +287,11 @@ impl Deployment {
     /// acquire dropped mid-request). Sent behind that request on each connection, it reaches
     /// the server after it.
     pub(crate) fn forget(&self, keys: &Keys, token: &str, kind: HoldKind) {
-        match kind {
-            HoldKind::Exclusive => {}
-            HoldKind::Permits(n) => return self.forget_permit(keys, token, n),
-            HoldKind::Shared => return self.forget_shared(keys, token),
-        }
+        with_mode!(kind, |mode| mode.forget(self, keys, token));
+    }
+
+    /// [`Self::forget`] of the lock's own key.
+    pub(super) fn forget_key(&self, keys: &Keys, token: &str) {
         for node in &self.nodes {
             let how = self.cleanup(0);
             let (node, keys, token) = (Arc::clone(node), keys.clone(), token.to_owned());
@@ -301,7 +303,7 @@ impl Deployment {
     /// the lease; but if the lease already ended, its release may have reached that server
     /// before our SET did, so the key is released again there.
     pub(crate) async fn settle_late_grants(&self, lease: Arc<LeaseState>, mut late: Late) {
-        let keys = self.keys_of(&lease).owned();
+        let keys = lease.keys.clone();
         while let Some((i, reply)) = late.next_late().await {
             if matches!(reply, Ok(AcquireReply::Taken { .. }) | Err(_)) && lease.is_ended() {
                 release_quietly(

@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use super::Deployment;
 use crate::LockError;
+use crate::model::hold::HoldKind;
 use crate::model::keys::{PERMITS_MARK, SHARED_MARK};
-use crate::model::options::HoldKind;
 
 /// Why one server did not grant a lock.
 pub(super) enum Failure {
@@ -101,11 +101,7 @@ pub(super) fn other_mode(name: &str, key: &str, asked: HoldKind, held: &str) -> 
         None if held.starts_with(SHARED_MARK) => "shared holds".to_owned(),
         None => "an exclusive hold".to_owned(),
     };
-    let this = match asked {
-        HoldKind::Exclusive => "an exclusive hold".to_owned(),
-        HoldKind::Shared => "a shared hold".to_owned(),
-        HoldKind::Permits(n) => format!("permits = {n}"),
-    };
+    let this = asked.describe();
     let fix = match held.strip_prefix(PERMITS_MARK) {
         Some(n) => format!("give this call permits = {n}"),
         None => "give this call the holders' options (no permits)".to_owned(),

@@ -10,8 +10,10 @@
 
 mod acquire;
 pub(crate) mod cluster;
+mod exclusive;
 mod failure;
 mod majority;
+mod mode;
 mod permits;
 pub(crate) mod redlock;
 mod release;
@@ -28,13 +30,12 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::LockError;
+use crate::model::hold::{Held, HoldKind};
 use crate::model::keys::{KeyFormat, Keys};
-use crate::model::options::HoldKind;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
 use crate::server::pubsub::Subscription;
-use crate::server::{AcquireReply, AcquireRequest, Node, Release, SharedPlace, Waiter};
-use crate::state::lease_state::LeaseState;
+use crate::server::{AcquireReply, AcquireRequest, Node, Release, Waiter};
 use crate::transport::connect::Settings;
 use failure::Failure;
 use majority::Majority;
@@ -94,16 +95,6 @@ pub(crate) struct Ask<'a> {
     pub fenced: bool,
     /// What the hold takes (see `LockOptions::with_permits`, `LockOptions::with_shared`).
     pub kind: HoldKind,
-}
-
-/// What a granted attempt holds.
-pub(crate) enum Held {
-    /// The lock's key.
-    Key,
-    /// The key of this permit (the first number) of a lock with `permits = N` (the second).
-    Permit(u32, u32),
-    /// A place among the shared holders, and the value of the lock's key, which they renew.
-    Shared(SharedPlace),
 }
 
 /// The decided outcome of one acquire attempt.
@@ -168,16 +159,6 @@ impl Deployment {
     /// The Redis names of the lock whose key is `key`.
     pub(crate) fn keys(&self, key: String) -> Keys {
         Keys::new(key, self.key_format)
-    }
-
-    /// The Redis names of the key `lease` holds (a lock's, or one permit's).
-    pub(crate) fn keys_of<'a>(&self, lease: &'a LeaseState) -> Keys<&'a str> {
-        Keys::with_base(
-            lease.key.as_str(),
-            self.key_format,
-            lease.base,
-            lease.permits,
-        )
     }
 
     /// The locker's schedule of request bounds (its nodes share one).

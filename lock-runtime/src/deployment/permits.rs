@@ -3,13 +3,47 @@
 
 use std::sync::Arc;
 
+use redis::RedisResult;
+
 use super::failure::{Failure, other_mode};
-use super::{Acquired, Ask, Deployment, Held};
+use super::mode::Mode;
+use super::{Acquired, Ask, Deployment};
 use crate::LockError;
+use crate::model::hold::{Held, HoldKind};
 use crate::model::keys::Keys;
-use crate::model::options::HoldKind;
 use crate::plumbing::fanout::Fanout;
-use crate::server::{Node, PermitReply};
+use crate::server::{Node, PermitReply, Release};
+use crate::state::lease_state::LeaseState;
+
+/// The [`Mode`] of a hold of one of a lock's N permits (the number is N).
+pub(super) struct Permits(pub u32);
+
+impl Mode for Permits {
+    async fn attempt(
+        &self,
+        deployment: &Deployment,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+    ) -> Result<Acquired, LockError> {
+        let node = deployment.one_server(name, ask.kind)?;
+        // Boxed: the exclusive attempt's future, beside which this one sits, stays small.
+        Box::pin(deployment.acquire_permit(node, name, keys, ask, self.0)).await
+    }
+
+    fn forget(&self, deployment: &Deployment, keys: &Keys, token: &str) {
+        deployment.forget_permit(keys, token, self.0);
+    }
+
+    async fn release_on(
+        &self,
+        node: &Node,
+        lease: &LeaseState,
+        how: &Release,
+    ) -> RedisResult<bool> {
+        node.release(&lease.keys, &lease.token, how).await
+    }
+}
 
 impl Deployment {
     /// The one server a hold of `kind` (permits, or shared) lives on: refused on Redlock's
@@ -58,7 +92,10 @@ impl Deployment {
                     record_fence: false,
                     nodes: vec![0],
                     late: Fanout::none(),
-                    held: Held::Permit(permit, permits),
+                    held: Held::Permit {
+                        index: permit,
+                        of: permits,
+                    },
                 });
             }
             Ok(PermitReply::Busy { pttl }) => {

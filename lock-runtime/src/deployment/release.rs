@@ -7,6 +7,7 @@ use redis::RedisResult;
 use super::Deployment;
 use super::failure::Failure;
 use super::majority::{Tally, Verdict};
+use super::mode::{Mode, with_mode};
 use crate::model::keys::Keys;
 use crate::plumbing::fanout::Fanout;
 use crate::server::{FenceReply, Node, Release};
@@ -23,10 +24,10 @@ impl Deployment {
         let Some(node) = self.alone().filter(|_| fence == 0) else {
             return Ok(fence);
         };
-        let keys = self.keys_of(lease).owned();
+        let keys = &lease.keys;
         let limit = node.response_timeout();
         match node
-            .fence_held(&keys, &lease.token, self.fence_retention_ms, limit)
+            .fence_held(keys, &lease.token, self.fence_retention_ms, limit)
             .await
         {
             Ok(FenceReply::Fence(fence)) => Ok(lease.set_fence(fence)),
@@ -60,16 +61,17 @@ impl Deployment {
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let Some(node) = self.alone() {
-            let keys = self.keys_of(lease);
-            let reader = lease.reader.as_deref();
-            return match release_on(node, &keys, &lease.token, reader, &how).await {
+            let released = with_mode!(lease.held.kind(), |mode| {
+                again_if_dropped(|| mode.release_on(node, lease, &how)).await
+            });
+            return match released {
                 Ok(true) => Ok(()),
                 Ok(false) => Err(lease.lost_error(LostReason::GoneAtRelease)),
                 Err(e) => Err(self.unavailable(&lease.name, 0, vec![(0, Failure::Redis(e))])),
             };
         }
-        let keys = self.keys_of(lease).owned();
-        let (t, failures) = self.release_everywhere(&keys, &lease.token, how).await;
+        let keys = &lease.keys;
+        let (t, failures) = self.release_everywhere(keys, &lease.token, how).await;
         match self.majority.verdict(t) {
             Verdict::Yes => Ok(()),
             Verdict::No => Err(lease.lost_error(LostReason::GoneAtRelease)),
@@ -116,7 +118,7 @@ impl Deployment {
         let mut fanout = Fanout::new(self.nodes.iter().map(|node| {
             let node = Arc::clone(node);
             let (keys, token, how) = (keys.clone(), token.to_owned(), Arc::clone(&how));
-            async move { release_on(&node, &keys, &token, None, &how).await }
+            async move { again_if_dropped(|| node.release(&keys, &token, &how)).await }
         }));
         fanout
             .until(|replies| majority.settled(Tally::of(replies.iter().map(answer))))
@@ -136,28 +138,18 @@ impl Deployment {
     }
 }
 
-/// Compare-and-delete (or keep for `min_hold`, or hand over) of `token` on one server; true
-/// when the key was ours. For a shared hold (`reader`: the holder's own token), leaving the
-/// shared holders instead (see `Node::release_shared`). A connection found gone (its runtime shut down, or the server
-/// restarted) is being made again by redis-rs: the release is sent once more, as
+/// A release on one server (see `Mode::release_on`), sent once more when its connection was
+/// found gone (its runtime shut down, or the server restarted: redis-rs is making it again), as
 /// compare-and-delete twice is harmless. If the second finds the key not ours, the first may have
 /// run after all: the connection failure is the honest answer, not a lost lease.
-async fn release_on(
-    node: &Node,
-    keys: &Keys<impl AsRef<str>>,
-    token: &str,
-    reader: Option<&str>,
-    how: &Release,
-) -> RedisResult<bool> {
-    let once = || async {
-        match reader {
-            Some(reader) => node.release_shared(keys, token, reader, how).await,
-            None => node.release(keys, token, how).await,
-        }
-    };
-    let out = once().await;
+async fn again_if_dropped<F, R>(release: F) -> RedisResult<bool>
+where
+    F: Fn() -> R,
+    R: Future<Output = RedisResult<bool>>,
+{
+    let out = release().await;
     match &out {
-        Err(dropped) if dropped.is_connection_dropped() => match once().await {
+        Err(dropped) if dropped.is_connection_dropped() => match release().await {
             Ok(false) => out,
             again => again,
         },

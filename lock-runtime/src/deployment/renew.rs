@@ -65,7 +65,7 @@ async fn renew_on(node: &Node, chunk: &[Arc<LeaseState>]) -> RenewReplies {
     let mut items: Vec<(&str, &str, u64)> = Vec::with_capacity(chunk.len());
     for l in chunk {
         let (token, ttl) = (if l.is_ended() { "" } else { l.token.as_str() }, l.ttl_ms());
-        items.push((l.key.as_str(), token, ttl));
+        items.push((l.key(), token, ttl));
         if let Some((key, also)) = &l.also_renews {
             items.push((key.as_str(), if l.is_ended() { "" } else { also }, ttl));
         }

@@ -3,12 +3,53 @@
 
 use std::sync::Arc;
 
+use redis::RedisResult;
+
 use super::failure::{Failure, other_mode};
-use super::{Acquired, Ask, Deployment, Held};
+use super::mode::Mode;
+use super::{Acquired, Ask, Deployment};
 use crate::LockError;
+use crate::model::hold::Held;
 use crate::model::keys::Keys;
 use crate::plumbing::fanout::Fanout;
-use crate::server::{AcquireReply, Node};
+use crate::server::{AcquireReply, Node, Release};
+use crate::state::lease_state::LeaseState;
+
+/// The [`Mode`] of a shared hold of a read-write lock.
+pub(super) struct Shared;
+
+impl Mode for Shared {
+    async fn attempt(
+        &self,
+        deployment: &Deployment,
+        name: &str,
+        keys: &Keys,
+        ask: &Ask<'_>,
+    ) -> Result<Acquired, LockError> {
+        let node = deployment.one_server(name, ask.kind)?;
+        // Boxed: the exclusive attempt's future, beside which this one sits, stays small.
+        Box::pin(deployment.acquire_shared(node, name, keys, ask)).await
+    }
+
+    fn forget(&self, deployment: &Deployment, keys: &Keys, token: &str) {
+        deployment.forget_shared(keys, token);
+    }
+
+    /// Leaves the shared holders under the holder's own place; the last one out releases the
+    /// lock's key (see `Node::release_shared`).
+    async fn release_on(
+        &self,
+        node: &Node,
+        lease: &LeaseState,
+        how: &Release,
+    ) -> RedisResult<bool> {
+        let Held::Shared { member, .. } = &lease.held else {
+            unreachable!("a shared mode releases shared holds")
+        };
+        node.release_shared(&lease.keys, &lease.token, member, how)
+            .await
+    }
+}
 
 impl Deployment {
     /// One shared attempt on `node` (see `Node::acquire_shared`), bounded as an attempt on one
@@ -28,7 +69,10 @@ impl Deployment {
                     record_fence: false,
                     nodes: vec![0],
                     late: Fanout::none(),
-                    held: Held::Shared(place),
+                    held: Held::Shared {
+                        value: place.value,
+                        member: place.member,
+                    },
                 });
             }
             Ok((AcquireReply::Taken { .. }, None)) => {

@@ -83,22 +83,6 @@ impl<K: AsRef<str>> Keys<K> {
         }
     }
 
-    /// The names of a lock's key whose names derive from the lock at `base` in it (see
-    /// [`Self::base`]), one of `permits` permits (0: the lock's own key).
-    pub(crate) fn with_base(key: K, format: KeyFormat, base: (usize, usize), permits: u32) -> Self {
-        Self {
-            key,
-            braced: format == KeyFormat::Plain,
-            base,
-            permits,
-        }
-    }
-
-    /// N, for the key of one permit of a lock with `permits = N`; 0 for a lock's key.
-    pub(crate) fn permits(&self) -> u32 {
-        self.permits
-    }
-
     /// The lock's own key: [`key`](Self::key), or, for a permit, the key of the lock it is a
     /// permit of (which holds [`PERMITS_MARK`] while permits are held).
     pub(crate) fn lock_key(&self) -> &str {
@@ -116,11 +100,6 @@ impl<K: AsRef<str>> Keys<K> {
         (0..self.permits)
             .map(|i| lock.permit(i, self.permits))
             .collect()
-    }
-
-    /// Where the lock's own key lies in [`key`](Self::key): the whole key, except for a permit.
-    pub(crate) fn base(&self) -> (usize, usize) {
-        self.base
     }
 
     fn derived(&self, suffix: &'static str) -> Derived<'_> {
@@ -177,18 +156,6 @@ impl<K: AsRef<str>> Keys<K> {
     /// Each queued waiter's last attempt nonce and grace (a hash).
     pub(crate) fn queue_states(&self) -> Derived<'_> {
         self.derived(":waiters:state")
-    }
-}
-
-impl Keys<&str> {
-    /// The same names, owning their key.
-    pub(crate) fn owned(&self) -> Keys {
-        Keys {
-            key: self.key.to_owned(),
-            braced: self.braced,
-            base: self.base,
-            permits: self.permits,
-        }
     }
 }
 
@@ -404,8 +371,6 @@ mod tests {
             assert_eq!(one.channel().to_string(), lock.channel().to_string());
             assert_eq!(one.queue().to_string(), lock.queue().to_string());
             assert!(!one.derived_by_suffix());
-            let again = Keys::with_base(one.key.clone(), format, one.base(), 3);
-            assert_eq!(again.fence().to_string(), lock.fence().to_string());
             assert_ne!(lock.permit(1, 3).key, one.key);
             assert_eq!(one.lock_key(), key);
             let siblings: Vec<String> = one.sibling_permits().into_iter().map(|k| k.key).collect();

@@ -2,6 +2,7 @@
 //! output a locked function returns.
 
 pub(crate) mod error;
+pub(crate) mod hold;
 pub(crate) mod holder;
 pub(crate) mod keys;
 pub(crate) mod options;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::hold::HoldKind;
 use crate::LockError;
 
 /// The options of one locked call. Const-constructible, so the attribute builds one at compile
@@ -28,15 +29,6 @@ pub struct LockOptions {
     template: Option<&'static str>,
     /// Whether the caller can read the lease's fence (see [`without_fence`](Self::without_fence)).
     fenced: bool,
-}
-
-/// What one hold takes: a lock's key, one of a lock's N permits, or a place among the shared
-/// holders of a read-write lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HoldKind {
-    Exclusive,
-    Permits(u32),
-    Shared,
 }
 
 /// The clock drift allowed for a lease of this `ttl`: `ttl/100 + 2ms` (the same as
@@ -180,13 +172,7 @@ impl LockOptions {
 
     /// The mode of the hold, as the metrics label it: `"exclusive"`, `"shared"` or `"permits"`.
     pub const fn mode(&self) -> &'static str {
-        if self.shared {
-            "shared"
-        } else if self.permits > 1 {
-            "permits"
-        } else {
-            "exclusive"
-        }
+        self.kind().label()
     }
 
     /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an

@@ -41,7 +41,6 @@ mod url;
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::{PermitReply, permits_of};
 pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
-pub(crate) use shared::SharedPlace;
 
 /// A waiter's identity in the queue, the grace it asks for, and the token of its previous
 /// attempt (empty: none), to which a release may have granted the lock.

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::model::hold::Held;
+use crate::model::keys::Keys;
 use crate::plumbing::telemetry::Label;
 use crate::state::status::{Status, StatusCell};
 use crate::{LockError, LostReason};
@@ -13,17 +15,15 @@ use crate::{LockError, LostReason};
 /// One held lease: its identity, its lengths, and its standing (updated by the watchdog).
 pub(crate) struct LeaseState {
     pub name: String,
-    pub key: String,
-    /// Where the lock's own key lies in `key` (see `Keys::base`): not all of it for a permit.
-    pub base: (usize, usize),
+    /// The names of the key this lease holds: the lock's own, or its permit's.
+    pub keys: Keys,
+    /// The token the key holds: the attempt's, or for a shared hold the lock's shared value,
+    /// which every shared holder renews.
     pub token: String,
-    /// For a shared hold, the holder's own place among the shared holders (`<token> <fence>`;
-    /// `token` is then the value of the lock's key, which every shared holder renews).
-    pub reader: Option<String>,
-    /// N, for the hold of one permit of a lock with `permits = N`; 0 otherwise.
-    pub permits: u32,
-    /// A second key each renewal renews with this lease's own (`(key, token)`): a shared
-    /// holder's place in the set of holders, or the mark of permits on a permit's lock key.
+    /// What is held: the lock's key, a permit, or a place among the shared holders.
+    pub held: Held,
+    /// A second key each renewal renews with this lease's own (`(key, token)`, see
+    /// `Held::also_renews`), computed once.
     pub also_renews: Option<(String, String)>,
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
@@ -38,8 +38,6 @@ pub(crate) struct LeaseState {
     pub min_hold: Duration,
     /// The name's template, for metrics (see `LockOptions::with_template`).
     pub template: Option<&'static str>,
-    /// The hold's mode, for metrics (see `LockOptions::mode`).
-    pub mode: &'static str,
     pub status: StatusCell,
     /// Set once the lease is released or dropped: nothing renews it any more.
     ended: AtomicBool,
@@ -80,9 +78,10 @@ pub(crate) fn renew_period(lease: Duration, renew: Duration, rtt: Duration) -> D
 /// The parts of a lease fixed at acquire time.
 pub(crate) struct Granted {
     pub name: String,
-    pub key: String,
-    pub base: (usize, usize),
+    /// The names of the lock's key (a permit's key derives from them).
+    pub lock: Keys,
     pub token: String,
+    pub held: Held,
     pub fence: u64,
     pub record_fence: bool,
     /// The key's expiry (the options' `lease`).
@@ -94,10 +93,6 @@ pub(crate) struct Granted {
     pub min_hold: Duration,
     pub started: Instant,
     pub template: Option<&'static str>,
-    pub mode: &'static str,
-    pub reader: Option<String>,
-    pub permits: u32,
-    pub also_renews: Option<(String, String)>,
 }
 
 impl LeaseState {
@@ -109,20 +104,22 @@ impl LeaseState {
     /// The value a holder is known by: its token, or a shared holder's own value (its place in
     /// the set of holders without the fence).
     pub(crate) fn holder_value(&self) -> &str {
-        match &self.reader {
-            Some(place) => place.split(' ').next().unwrap_or(place),
-            None => &self.token,
-        }
+        self.held.holder_value(&self.token)
+    }
+
+    /// The key this lease holds (the lock's, or its permit's).
+    pub(crate) fn key(&self) -> &str {
+        &self.keys.key
     }
 
     /// Whether this is the hold of one permit of a lock with `permits = N`.
     pub(crate) fn is_permit(&self) -> bool {
-        self.base != (0, self.key.len())
+        matches!(self.held, Held::Permit { .. })
     }
 
-    /// The lock's key: `key`, or for a permit the key of the lock it is a permit of.
+    /// The lock's key: for a permit, the key of the lock it is a permit of.
     pub(crate) fn lock_key(&self) -> &str {
-        &self.key[self.base.0..self.base.1]
+        self.keys.lock_key()
     }
 
     /// A lease valid until `started + set_for - drift`.
@@ -138,18 +135,17 @@ impl LeaseState {
     /// otherwise.
     pub(crate) fn provisional(g: Granted) -> Self {
         let drift = crate::drift_for(g.ttl);
+        let keys = g.held.keys(&g.lock);
         let status = StatusCell::new(Status {
             valid_until: g.started + g.set_for.saturating_sub(crate::drift_for(g.set_for)),
             lost: None,
         });
         Self {
             name: g.name,
-            key: g.key,
-            base: g.base,
+            also_renews: g.held.also_renews(&keys),
+            keys,
             token: g.token,
-            reader: g.reader,
-            permits: g.permits,
-            also_renews: g.also_renews,
+            held: g.held,
             fence: AtomicU64::new(g.fence),
             record_fence: AtomicBool::new(g.record_fence),
             ttl: g.ttl,
@@ -158,7 +154,6 @@ impl LeaseState {
             started: g.started,
             min_hold: g.min_hold,
             template: g.template,
-            mode: g.mode,
             status,
             ended: AtomicBool::new(false),
             runs_body: AtomicBool::new(false),
@@ -237,7 +232,7 @@ impl LeaseState {
         Label {
             template: self.template,
             name: &self.name,
-            mode: self.mode,
+            mode: self.held.kind().label(),
         }
     }
 
