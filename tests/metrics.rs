@@ -174,6 +174,30 @@ async fn metrics_count_each_outcome_by_template() {
 
     contention_is_counted_and_waiting_calls_gauged(&env, &m).await;
     permits_are_labelled_by_their_mode(&env, &m).await;
+    // Last: it stops the server.
+    unlocked_runs_are_counted(&env, &m).await;
+}
+
+/// A `fail_open` call that finds Redis unreachable runs unlocked and is counted as such; a
+/// locked run is not.
+async fn unlocked_runs_are_counted(env: &Env, m: &Totals) {
+    let fail_open = opts(2_000).with_fail_open(true).with_template("warm:{n}");
+    env.locker
+        .run("warm:1", &fail_open, async |_| ())
+        .await
+        .unwrap();
+    assert_eq!(m.get("lock_unlocked_runs_total", "warm:{n}"), 0.0);
+    env.server.kill();
+    for _ in 0..2 {
+        env.locker
+            .run("warm:1", &fail_open, async |_| ())
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        m.get_in("lock_unlocked_runs_total", "warm:{n}", "exclusive"),
+        2.0
+    );
 }
 
 /// A call that finds the lock held counts once in `lock_contended_total`, whether it tried once

@@ -30,6 +30,7 @@ pub(crate) struct Config {
     pub min_hold_ms: Option<u64>,
     pub permits: Option<u64>,
     pub shared: bool,
+    pub fail_open: bool,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Path,
@@ -85,6 +86,12 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         errors.push_result(check_guard(guard, params));
     }
     let permits = permits(&raw, errors);
+    if let Some(fail_open) = &raw.fail_open
+        && let Some(message) =
+            lock_rules::check_fail_open(true, permits.unwrap_or(1), raw.guard.is_some())
+    {
+        errors.push(syn::Error::new(fail_open.span(), message));
+    }
     let (key_format, key_args) = key?;
     let template = raw.name.clone()?;
     Some(Config {
@@ -99,6 +106,7 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
         min_hold_ms: min_hold,
         permits,
         shared: raw.shared.is_some(),
+        fail_open: raw.fail_open.is_some(),
         locker: raw.locker,
         guard: raw.guard,
         krate: raw

@@ -271,6 +271,9 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
         let permits = Literal::u32_unsuffixed(permits as u32);
         chain = quote!(#chain.with_permits(#permits));
     }
+    if config.fail_open {
+        chain = quote!(#chain.with_fail_open(true));
+    }
     if config.shared {
         chain = quote!(#chain.with_shared(true));
     }

@@ -17,6 +17,7 @@ pub(crate) enum OptionKey {
     MinHold,
     Permits,
     Shared,
+    FailOpen,
     Locker,
     Guard,
     Crate,
@@ -24,7 +25,7 @@ pub(crate) enum OptionKey {
 
 impl OptionKey {
     /// Every option, in the order the docs list them.
-    pub(crate) const ALL: [Self; 12] = [
+    pub(crate) const ALL: [Self; 13] = [
         Self::Name,
         Self::Ttl,
         Self::Lease,
@@ -34,6 +35,7 @@ impl OptionKey {
         Self::MinHold,
         Self::Permits,
         Self::Shared,
+        Self::FailOpen,
         Self::Locker,
         Self::Guard,
         Self::Crate,
@@ -51,6 +53,7 @@ impl OptionKey {
             Self::MinHold => "min_hold",
             Self::Permits => "permits",
             Self::Shared => "shared",
+            Self::FailOpen => "fail_open",
             Self::Locker => "locker",
             Self::Guard => "guard",
             Self::Crate => "crate",
@@ -69,6 +72,7 @@ impl OptionKey {
             Self::MinHold => "how long the key is kept at least",
             Self::Permits => "how many may hold it at once",
             Self::Shared => "a shared hold of a read-write lock",
+            Self::FailOpen => "run the body without the lock while Redis is unreachable",
             Self::Locker => "the `Locker` to use",
             Self::Guard => "a name for the `&Lease` in the body",
             Self::Crate => "the path to lock_runtime",
@@ -206,7 +210,7 @@ mod tests {
         assert_eq!(
             unknown("color"),
             "unknown option `color`; the options are name, ttl, lease, max_exec, renew, wait, \
-             min_hold, permits, shared, locker, guard, crate"
+             min_hold, permits, shared, fail_open, locker, guard, crate"
         );
     }
 }

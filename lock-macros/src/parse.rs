@@ -32,6 +32,8 @@ pub(crate) struct RawArgs {
     pub permits: Option<LitInt>,
     /// `shared` as written (a bare flag, or `shared = true`), when the hold is shared.
     pub shared: Option<Ident>,
+    /// `fail_open` as written (a bare flag, or `fail_open = true`), when it is on.
+    pub fail_open: Option<Ident>,
     pub locker: Option<Expr>,
     pub guard: Option<Ident>,
     pub krate: Option<Path>,
@@ -112,6 +114,10 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
                 raw.shared = Some(key);
                 continue;
             }
+            (None, OptionKey::FailOpen) => {
+                raw.fail_open = Some(key);
+                continue;
+            }
             (Some(value), _) => value,
             (None, _) => {
                 errors.push(syn::Error::new(
@@ -133,7 +139,10 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
             OptionKey::Wait => set(&mut raw.wait, duration(value)),
             OptionKey::MinHold => set(&mut raw.min_hold, duration(value)),
             OptionKey::Permits => set(&mut raw.permits, count(value)),
-            OptionKey::Shared => flag(value).map(|on| raw.shared = on.then_some(key)),
+            OptionKey::Shared => flag(value, "shared").map(|on| raw.shared = on.then_some(key)),
+            OptionKey::FailOpen => {
+                flag(value, "fail_open").map(|on| raw.fail_open = on.then_some(key))
+            }
             OptionKey::Locker => set(&mut raw.locker, Ok(value)),
             OptionKey::Guard => set(&mut raw.guard, guard(value)),
             OptionKey::Crate => set(&mut raw.krate, crate_path(value)),
@@ -179,14 +188,14 @@ fn duration(value: Expr) -> syn::Result<LitStr> {
     )
 }
 
-fn flag(value: Expr) -> syn::Result<bool> {
+fn flag(value: Expr, name: &str) -> syn::Result<bool> {
     match value {
         Expr::Lit(ExprLit {
             lit: Lit::Bool(b), ..
         }) => Ok(b.value),
         other => Err(syn::Error::new_spanned(
             other,
-            "expected `true` or `false`, or the bare flag: `shared`",
+            format!("expected `true` or `false`, or the bare flag: `{name}`"),
         )),
     }
 }

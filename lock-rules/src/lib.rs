@@ -58,6 +58,29 @@ pub fn check_shared(shared: bool, permits: u64) -> Option<String> {
     })
 }
 
+/// Why `fail_open` cannot go with these options, if it cannot. A body that runs unlocked when
+/// Redis is unreachable must not need what only a lock gives: a fence (`guard`, which hands the
+/// body its lease) or a bound on how many run at once (`permits`).
+pub fn check_fail_open(fail_open: bool, permits: u64, guard: bool) -> Option<String> {
+    if !fail_open {
+        return None;
+    }
+    if guard {
+        return Some(
+            "fail_open cannot go with guard: a body that reads its lease needs a fence, and a \
+             run without Redis has none; drop guard, or drop fail_open to skip the run while \
+             Redis is unreachable"
+                .to_owned(),
+        );
+    }
+    (permits != 1).then(|| {
+        format!(
+            "fail_open cannot go with permits = {permits}: without Redis nothing bounds how many \
+             run at once; drop fail_open, or use a lock (no permits)"
+        )
+    })
+}
+
 /// An option that a rule can blame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DurationKey {
@@ -490,6 +513,30 @@ mod tests {
                 message.starts_with(&format!("permits = {bad} ")),
                 "{message}"
             );
+        }
+    }
+
+    #[test]
+    fn fail_open_goes_only_with_bodies_that_need_no_lock() {
+        // (fail_open, permits, guard) -> the words the refusal must contain.
+        let table: [(bool, u64, bool, Option<&str>); 6] = [
+            (false, 5, true, None),
+            (true, 1, false, None),
+            (true, 1, true, Some("with guard")),
+            (true, 3, false, Some("with permits = 3")),
+            (true, 3, true, Some("with guard")),
+            (false, 1, false, None),
+        ];
+        for (fail_open, permits, guard, refused) in table {
+            let message = check_fail_open(fail_open, permits, guard);
+            match (refused, message) {
+                (None, None) => {}
+                (Some(words), Some(message)) => {
+                    assert!(message.starts_with("fail_open cannot go "), "{message}");
+                    assert!(message.contains(words), "{message}");
+                }
+                (want, got) => panic!("{fail_open} {permits} {guard}: {want:?} vs {got:?}"),
+            }
         }
     }
 

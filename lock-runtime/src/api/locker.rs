@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use crate::acquire::Acquirer;
 use crate::model::hold::HoldKind;
-use crate::model::keys::{KeyFormat, check_name};
+use crate::model::keys::{KeyFormat, Keys, check_name};
+use crate::plumbing::telemetry;
 use crate::{Lease, LockError, LockOptions};
 
 /// Takes, renews and releases locks on one Redis node, or on N independent nodes (Redlock).
@@ -115,6 +116,14 @@ impl Locker {
     /// ```
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
         opts.validate_for(name)?;
+        if opts.fail_open() {
+            return Err(LockError::config(
+                name,
+                "fail_open is for locked calls (`Locker::run`, `#[distributed_lock]`), which can \
+                 run their body without the lock; a lease taken by hand is the lock itself: drop \
+                 fail_open here",
+            ));
+        }
         check_name(name, self.inner.format)?;
         let key = self.key_of(name);
         if let Some(found) = crate::api::reentrancy::find(self.id(), &key) {
@@ -217,7 +226,20 @@ impl Locker {
                         .section(crate::api::run::run_body(lease, opts, body))
                         .await;
                 }
-                let lease = self.inner.acquirer.acquire(key, name, opts).await?;
+                // Kept only for a call that may run without the lock.
+                let unlocked = opts.fail_open().then(|| (name.clone(), key.clone()));
+                let lease = match self.inner.acquirer.acquire(key, name, opts).await {
+                    Ok(lease) => lease,
+                    Err(e) => match unlocked.filter(|_| e.is_unreachable()) {
+                        Some((name, key)) => {
+                            let keys = Keys::new(key, self.inner.format);
+                            let lease = Lease::unlocked(name, keys, opts);
+                            telemetry::unlocked_run(lease.state.label(), &e);
+                            return crate::api::run::run_body(lease, opts, body).await;
+                        }
+                        None => return Err(e),
+                    },
+                };
                 record_fence(&span, &lease);
                 if let Some(begun) = begun {
                     span.record("waited_ms", begun.elapsed().as_millis() as u64);

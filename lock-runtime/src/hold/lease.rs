@@ -1,14 +1,17 @@
 //! `Lease`: one held lock, as its holder sees it, and its release.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::hold::watchdog::Renewing;
+use crate::model::hold::Held;
+use crate::model::keys::Keys;
 use crate::plumbing::telemetry;
-use crate::state::lease_state::LeaseState;
+use crate::state::lease_state::{Granted, LeaseState};
 use crate::state::status::StatusRx;
-use crate::{LockError, LostReason};
+use crate::{LockError, LockOptions, LostReason};
 
 /// A held lock. Renewed in the background until [`Lease::release`] or drop; dropping it
 /// releases the key in the background (on the current tokio runtime).
@@ -47,6 +50,8 @@ pub struct Lease {
     renewing: Option<Renewing>,
     /// Released already (or nested).
     released: bool,
+    /// Holds nothing: a body run without the lock (see `LockOptions::with_fail_open`).
+    unlocked: bool,
 }
 
 impl std::fmt::Debug for Lease {
@@ -66,6 +71,7 @@ impl Lease {
             state,
             renewing: Some(renewing),
             released: false,
+            unlocked: false,
         }
     }
 
@@ -75,6 +81,34 @@ impl Lease {
             state,
             renewing: None,
             released: true,
+            unlocked: false,
+        }
+    }
+
+    /// A lease that holds nothing, for a body that runs without the lock while the servers are
+    /// unreachable (see `LockOptions::with_fail_open`): fence 0, not held, never lost (nothing
+    /// can be), bounded by `max_exec` only.
+    pub(crate) fn unlocked(name: String, lock: Keys, opts: &LockOptions) -> Self {
+        let state = LeaseState::new(Granted {
+            name,
+            lock,
+            token: String::new(),
+            held: Held::Key,
+            fence: 0,
+            record_fence: false,
+            // Valid past `max_exec` (at most `ttl - drift`): only `max_exec` ends the body.
+            ttl: opts.ttl(),
+            set_for: opts.ttl(),
+            renew: opts.renew(),
+            min_hold: Duration::ZERO,
+            started: Instant::now(),
+            template: opts.template(),
+        });
+        Self {
+            state: Arc::new(state),
+            renewing: None,
+            released: true,
+            unlocked: true,
         }
     }
 
@@ -107,18 +141,24 @@ impl Lease {
 
     /// Whether the lease is still held: not released, not reported lost and inside its
     /// validity. A handle to a lease its outer call released (a nested lease that escaped it)
-    /// is not held.
+    /// is not held, nor is the lease of a body run without the lock (see
+    /// [`LockOptions::with_fail_open`]).
     pub fn is_held(&self) -> bool {
+        if self.unlocked {
+            return false;
+        }
         let s = self.state.status.get();
         !self.state.is_ended() && s.lost.is_none() && Instant::now() < s.valid_until
     }
 
     /// `Ok` while the lease is held (see [`Self::is_held`]); otherwise the error a locked call
     /// would end with: [`LockError::Lost`] with the reason (and, for
-    /// [`LostReason::Unreachable`], the last Redis error as its source).
+    /// [`LostReason::Unreachable`], the last Redis error as its source; `Unreachable` for the
+    /// lease of a body run without the lock).
     pub fn ensure_held(&self) -> Result<(), LockError> {
         let s = self.state.status.get();
         let reason = match s.lost {
+            _ if self.unlocked => LostReason::Unreachable,
             Some(reason) => reason,
             None if self.state.is_ended() => LostReason::Released,
             None if Instant::now() >= s.valid_until => self.state.expired_reason(),
@@ -128,8 +168,13 @@ impl Lease {
     }
 
     /// Resolves when the lease is lost, with the reason; [`LostReason::Released`] once it was
-    /// released (seen by a handle that outlived its outer call).
+    /// released (seen by a handle that outlived its outer call). Never for the lease of a body
+    /// run without the lock, which holds nothing to lose.
     pub async fn lost(&self) -> LostReason {
+        if self.unlocked {
+            // Nothing is held, so nothing can be lost: the body ends by itself or at `max_exec`.
+            return std::future::pending().await;
+        }
         let mut rx = self.state.status.subscribe();
         loop {
             let s = rx.borrow_and_update();

@@ -405,6 +405,22 @@ impl LockError {
         }
     }
 
+    /// Whether the servers could not be reached: a connection refused, dropped or timed out, or
+    /// too few of Redlock's servers answering for a majority. A busy lock, an error reply
+    /// (refused credentials, a key of another type) or a bad option is not.
+    pub fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Redis { error, .. } => {
+                error.is_io_error()
+                    || error.is_timeout()
+                    || error.is_connection_refusal()
+                    || error.is_connection_dropped()
+            }
+            Self::QuorumUnavailable { .. } => true,
+            _ => false,
+        }
+    }
+
     /// The same error about lock `name` (errors made outside a lock call have no name yet).
     pub(crate) fn for_lock(mut self, lock: &str) -> Self {
         match &mut self {

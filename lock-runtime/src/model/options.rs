@@ -22,6 +22,7 @@ pub struct LockOptions {
     lease: Option<Duration>,
     permits: u32,
     shared: bool,
+    fail_open: bool,
     max_exec: Option<Duration>,
     renew: Option<Duration>,
     wait: Duration,
@@ -83,6 +84,7 @@ impl LockOptions {
             lease: None,
             permits: 1,
             shared: false,
+            fail_open: false,
             max_exec: None,
             renew: None,
             wait: Duration::ZERO,
@@ -157,6 +159,25 @@ impl LockOptions {
     /// Whether the hold is shared (see [`with_shared`](Self::with_shared)).
     pub const fn shared(&self) -> bool {
         self.shared
+    }
+
+    setter! {
+        /// Run the body even when Redis cannot be reached (`true`; `false`, the default, fails
+        /// the call with the Redis error). When no server answers (connection refused, timeouts,
+        /// no quorum of Redlock's servers), [`Locker::run`](crate::Locker::run) and the attribute
+        /// run the body without a lock, with one WARN per call and the counter
+        /// `lock_unlocked_runs_total`. A busy lock is never a reason: the call waits or fails as
+        /// without it. Only for bodies that stay correct when two run at once (cache warm-ups,
+        /// idempotent syncs): their lease holds nothing, its fence is 0, and
+        /// [`Lease::is_held`](crate::Lease::is_held) says false. Not with permits; a lease
+        /// taken by hand ([`Locker::acquire`](crate::Locker::acquire)) is refused with it.
+        with_fail_open(fail_open: bool) = fail_open;
+    }
+
+    /// Whether the body runs without a lock while Redis is unreachable (see
+    /// [`with_fail_open`](Self::with_fail_open)).
+    pub const fn fail_open(&self) -> bool {
+        self.fail_open
     }
 
     /// What one hold takes (see [`HoldKind`]).
@@ -257,6 +278,11 @@ impl LockOptions {
             return Err(LockError::config(name, message));
         }
         if let Some(message) = lock_rules::check_shared(self.shared, u64::from(self.permits)) {
+            return Err(LockError::config(name, message));
+        }
+        // A body run by hand always sees its lease; `guard` is the attribute's own rule.
+        let permits = u64::from(self.permits);
+        if let Some(message) = lock_rules::check_fail_open(self.fail_open, permits, false) {
             return Err(LockError::config(name, message));
         }
         let broken = self

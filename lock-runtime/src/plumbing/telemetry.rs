@@ -158,6 +158,23 @@ pub(crate) fn ended(label: Label<'_>, started: Instant) {
     let _ = (label, started);
 }
 
+/// A call with `fail_open` found the servers unreachable (`error`) and runs its body without a
+/// lock: one event per call, and the counter of unlocked runs.
+pub(crate) fn unlocked_run(label: Label<'_>, error: &dyn std::fmt::Display) {
+    tracing::warn!(
+        target: "lock_runtime::acquire",
+        lock = label.name,
+        template = label.template,
+        mode = label.mode,
+        %error,
+        "Redis is unreachable and the lock fails open: the body runs WITHOUT the lock, and \
+         others may run it at the same time"
+    );
+    #[cfg(feature = "metrics")]
+    metrics::counter!("lock_unlocked_runs_total", "lock" => label.value(), "mode" => label.mode)
+        .increment(1);
+}
+
 /// A held lease taken at `started` was lost: under a locked call's `body`, which is cancelled,
 /// or taken by hand.
 pub(crate) fn lost(label: Label<'_>, reason: LostReason, started: Instant, body: bool) {
