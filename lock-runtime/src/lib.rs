@@ -95,6 +95,7 @@ mod api;
 
 pub use api::builder::{DEFAULT_FENCE_RETENTION, ENV_VARS, LockerBuilder};
 pub use api::default_locker::{default_locker, set_default_locker};
+pub use api::election::LeaderWatch;
 pub use api::inspect::{Holding, LIST_LIMIT, LockInfo, LockState, Waiting};
 pub use api::locker::Locker;
 pub use hold::lease::Lease;

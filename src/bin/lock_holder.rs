@@ -5,7 +5,7 @@
 //! ```text
 //! lock_holder MODE key=value...
 //!   redis=URL     the lock server                      (required)
-//!   store=URL     the fenced store's server            (modes attr, stale, stale-async)
+//!   store=URL     the fenced store's server            (modes attr, lead, stale, stale-async)
 //!   name=NAME     lock name, also the store's name     (default "suite")
 //!   client=ID     this holder's name in the history    (default "holder")
 //!   ttl=MS        the manual API's ttl                 (default 300)
@@ -27,6 +27,10 @@
 //!   process (SIGSTOP) while it is blocked, so the write is a stale holder's write sent the moment
 //!   it is resumed: the pause lands between the holder's last check and its write, the case
 //!   fencing exists for, and the write cannot be cancelled before it is sent.
+//! - `lead`: campaigns for `name` (`Locker::campaign`, `wait=0`: without bound), prints
+//!   `leading fence=`, then reads stdin: `write` writes to the store under its term's fence at
+//!   once, from the reading thread (`wrote fence= accepted=`), any other line resigns
+//!   (`resigned`). Prints `lost reason=` when the lead ends first.
 //! - `stale-async`: in a locked body, enters the store, prints `entered`, sleeps `hold` ms, then
 //!   writes asynchronously. The test freezes it wherever it happens to be.
 //!
@@ -260,6 +264,51 @@ async fn stale_async(args: &Args, locker: Locker) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+async fn lead(args: &Args, locker: Locker) -> ExitCode {
+    let name = args.str("name", "suite");
+    let client = args.str("client", "holder");
+    let mut store = BlockingStore::connect(&args.required("store"), &name).expect("store connects");
+    println!("ready");
+    let lease = locker
+        .campaign(&name, &manual_options(args))
+        .await
+        .expect("campaign");
+    let fence = lease.fence();
+    println!("leading fence={fence}");
+    // Stdin on a thread of its own. A write goes out from there at once, without asking whether
+    // the lead still holds: a leader paused before its write sends it as it resumes, and only
+    // the fence can refuse it.
+    let (resign, mut resigned) = tokio::sync::mpsc::unbounded_channel();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line.as_deref() {
+                Ok("write") => {
+                    // No read first: only whether the fence lets the write in is of interest.
+                    let written = store.write(&client, fence, 0).expect("write");
+                    println!("wrote fence={fence} accepted={}", written.accepted);
+                }
+                _ => {
+                    let _ = resign.send(());
+                    break;
+                }
+            }
+        }
+    });
+    tokio::select! {
+        _ = resigned.recv() => {
+            lease.release().await.expect("resign");
+            println!("resigned");
+            ExitCode::SUCCESS
+        }
+        reason = lease.lost() => {
+            println!("lost reason={reason:?}");
+            // A write read meanwhile still goes out: the process lives until stdin closes.
+            let _ = tokio::task::spawn_blocking(move || reader.join()).await;
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1);
     let mode = argv.next().unwrap_or_default();
@@ -284,10 +333,13 @@ fn main() -> ExitCode {
         match mode.as_str() {
             "attr" => attr(&args, locker).await,
             "hold" => hold(&args, locker).await,
+            "lead" => lead(&args, locker).await,
             "stale" => stale(&args, locker).await,
             "stale-async" => stale_async(&args, locker).await,
             other => {
-                eprintln!("lock_holder: unknown mode `{other}` (attr, hold, stale, stale-async)");
+                eprintln!(
+                    "lock_holder: unknown mode `{other}` (attr, hold, lead, stale, stale-async)"
+                );
                 ExitCode::from(2)
             }
         }

@@ -96,6 +96,11 @@ impl Holder {
         }
     }
 
+    /// The process id (the `pid` in its lock values).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
     /// Writes one line to the process's stdin.
     pub fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");

@@ -91,10 +91,13 @@ fn example(name: &str) -> Result<(), String> {
     // that something is happening.
     eprintln!("xtask: building and running the example `{name}` (the first build takes a while)");
     let mut args = vec!["run", "--package", "lock-examples", "--example", name];
-    // The one example with a dependency of its own (axum) has a feature for it, so that the
-    // other examples never build it.
+    // The examples with a dependency of their own (axum, tokio-cron-scheduler) have a feature
+    // for it, so that the other examples never build it.
     if name == "http_handler" {
         args.extend(["--features", "http"]);
+    }
+    if name == "leader" {
+        args.extend(["--features", "cron"]);
     }
     run("cargo", &args)
 }

@@ -747,7 +747,7 @@ impl Drop for Early {
 /// the next attempt into a success, and among them are the releases of this waiter's own partial
 /// grants, which would otherwise wake it again and again (a busy loop for as long as someone else
 /// holds the majority).
-async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) -> Wake {
+pub(crate) async fn any_changed(subs: &mut [(usize, Subscription)], busy: &[usize]) -> Wake {
     let mut relevant: Vec<&mut Subscription> = subs
         .iter_mut()
         .filter(|(i, _)| busy.contains(i))

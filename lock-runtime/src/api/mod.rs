@@ -3,6 +3,7 @@
 
 pub(crate) mod builder;
 pub(crate) mod default_locker;
+pub(crate) mod election;
 pub(crate) mod inspect;
 pub(crate) mod locker;
 pub(crate) mod reentrancy;
