@@ -64,6 +64,16 @@ async fn with_guard(tenant: &str, year: u16, amount: &str) -> Result<u64, AppErr
 )]
 async fn scheduled() {}
 
+#[distributed_lock(name = ["account:{from}", "account:{to}"], ttl = "10s", guard = leases)]
+async fn two_names(from: u32, to: u32) -> Result<u64, LockError> {
+    Ok(leases.iter().map(lock_runtime::Lease::fence).sum::<u64>() + u64::from(from + to))
+}
+
+#[distributed_lock(name = "warm:{shard}", ttl = "10s", fail_open)]
+async fn warm(shard: u32) -> Result<u32, LockError> {
+    Ok(shard)
+}
+
 #[distributed_lock(name = "literal:{r#type}:{a}-{b}", ttl = "10s")]
 async fn patterns(r#type: &str, (a, b): (u32, u32)) -> Result<u32, LockError> {
     Ok(a + b + u32::try_from(r#type.len()).unwrap_or(0))
@@ -165,6 +175,8 @@ async fn expansions_build_send_futures() {
     drop(future);
     assert_send(&scheduled());
     assert_send(&patterns("t", (1, 2)));
+    assert_send(&two_names(1, 2));
+    assert_send(&warm(1));
     assert_send(&generic(1, 2));
     assert_send(&impl_trait(3));
     assert_send(&instrumented_above(1));

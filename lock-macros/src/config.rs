@@ -22,6 +22,9 @@ pub(crate) struct Config {
     pub template: LitStr,
     /// The parameters the placeholders name, in order.
     pub key_args: Vec<Ident>,
+    /// For `name = [..]`: every name's `format!` string and parameters, in the order written
+    /// (the first is `key_format`); empty for one name.
+    pub several: Vec<(LitStr, Vec<Ident>)>,
     pub ttl_ms: u64,
     pub lease_ms: Option<u64>,
     pub max_exec_ms: Option<u64>,
@@ -85,19 +88,16 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
     if let Some(guard) = &raw.guard {
         errors.push_result(check_guard(guard, params));
     }
+    let several = several(&raw, params, errors);
     let permits = permits(&raw, errors);
-    if let Some(fail_open) = &raw.fail_open
-        && let Some(message) =
-            lock_rules::check_fail_open(true, permits.unwrap_or(1), raw.guard.is_some())
-    {
-        errors.push(syn::Error::new(fail_open.span(), message));
-    }
+    fail_open(&raw, permits, errors);
     let (key_format, key_args) = key?;
-    let template = raw.name.clone()?;
+    let template = template_of(&raw)?;
     Some(Config {
         key_format,
         template,
         key_args,
+        several,
         ttl_ms: ttl?,
         lease_ms: lease,
         max_exec_ms: max_exec,
@@ -113,6 +113,70 @@ pub(crate) fn build(raw: RawArgs, params: &[Ident], errors: &mut Errors) -> Opti
             .krate
             .unwrap_or_else(|| syn::parse_quote!(::lock_runtime)),
     })
+}
+
+/// `fail_open`, checked with the options it cannot go with (an error on `fail_open`).
+fn fail_open(raw: &RawArgs, permits: Option<u64>, errors: &mut Errors) {
+    let Some(fail_open) = &raw.fail_open else {
+        return;
+    };
+    let message = if raw.names.is_empty() {
+        lock_rules::check_fail_open(true, permits.unwrap_or(1), raw.guard.is_some())
+    } else {
+        Some(
+            "fail_open is for one name: a call over several names runs under all of them or not \
+             at all; drop fail_open"
+                .to_owned(),
+        )
+    };
+    if let Some(message) = message {
+        errors.push(syn::Error::new(fail_open.span(), message));
+    }
+}
+
+/// The names of `name = [..]`, each checked as one name is; a name written twice is an error
+/// at its second literal.
+fn several(raw: &RawArgs, params: &[Ident], errors: &mut Errors) -> Vec<(LitStr, Vec<Ident>)> {
+    let mut keys = Vec::with_capacity(raw.names.len());
+    for (i, lit) in raw.names.iter().enumerate() {
+        if raw.names[..i]
+            .iter()
+            .any(|seen| seen.value() == lit.value())
+        {
+            errors.push(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`{}` is named twice: a call cannot take one lock twice; name each lock once",
+                    lit.value()
+                ),
+            ));
+            continue;
+        }
+        // The first name's errors are reported with it (see `build`).
+        let key = if i == 0 {
+            key(lit, params).ok()
+        } else {
+            errors.push_result(key(lit, params))
+        };
+        keys.extend(key);
+    }
+    keys
+}
+
+/// The metrics label and span template: the `name` literal, or the distinct literals of
+/// `name = [..]` joined by `, `.
+fn template_of(raw: &RawArgs) -> Option<LitStr> {
+    let first = raw.name.clone()?;
+    if raw.names.is_empty() {
+        return Some(first);
+    }
+    let mut distinct: Vec<String> = Vec::new();
+    for lit in &raw.names {
+        if !distinct.contains(&lit.value()) {
+            distinct.push(lit.value());
+        }
+    }
+    Some(LitStr::new(&distinct.join(", "), first.span()))
 }
 
 /// `permits`, checked on its literal, and with `shared` (an error on `shared`).

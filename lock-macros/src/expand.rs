@@ -91,16 +91,29 @@ fn generate(mut locked: LockedFn, config: &Config) -> syn::Result<TokenStream> {
     let (lease_pat, async_block) = wrapped_body(&mut locked, config, &private, &lease, &ret)?;
 
     let lock_failure = lock_failure(locked.output.as_ref(), &ret, &private);
+    let lease_type = lease_type(config, &private);
     let args = quote_spanned!(def=>
-        #locker, #name, &#options, async move |#lease_pat: &#private::Lease| #async_block.await,
+        #locker, #name, &#options, async move |#lease_pat: #lease_type| #async_block.await,
         #lock_failure
     );
-    let call = quote_spanned!(def=> #private::run(#args).await);
+    let (name_type, name_value, run) = if config.several.is_empty() {
+        let name_value = quote_spanned!(def=> ::std::format!(#key_format #(, #key_args)*));
+        (quote!(::std::string::String), name_value, quote!(run))
+    } else {
+        let formats = config
+            .several
+            .iter()
+            .map(|(format, args)| quote_spanned!(def=> ::std::format!(#format #(, #args)*)));
+        let name_value = quote_spanned!(def=> ::std::vec![#(#formats),*]);
+        let names_type = quote!(::std::vec::Vec<::std::string::String>);
+        (names_type, name_value, quote!(run_all))
+    };
+    let call = quote_spanned!(def=> #private::#run(#args).await);
 
     // The const comes first: items after statements read badly (and clippy says so).
     let new_body: Block = syn::parse_quote_spanned! {def=> {
         const #options: #private::LockOptions = #options_expr;
-        let #name: ::std::string::String = ::std::format!(#key_format #(, #key_args)*);
+        let #name: #name_type = #name_value;
         let #locker: ::core::result::Result<#private::Locker, #private::LockError> = #locker_expr;
         #call
     }};
@@ -154,8 +167,9 @@ fn wrapped_body(
     let mut body = std::mem::replace(body_slot, syn::parse_quote!({}));
     let lease_pat = match &config.guard {
         Some(guard) => {
+            let lease_type = lease_type(config, private);
             body.stmts
-                .insert(0, syn::parse_quote!(let #guard: &#private::Lease = #lease;));
+                .insert(0, syn::parse_quote!(let #guard: #lease_type = #lease;));
             quote!(#lease)
         }
         None => quote!(_),
@@ -177,6 +191,15 @@ fn wrapped_body(
     let async_token = quote_spanned!(locked.async_span=> async);
     let move_token = quote_spanned!(locked.fn_span=> move);
     Ok((lease_pat, quote!(#async_token #move_token #body)))
+}
+
+/// What the body's `guard` is: the lease, or with `name = [..]` every lease in the order written.
+fn lease_type(config: &Config, private: &TokenStream) -> TokenStream {
+    if config.several.is_empty() {
+        quote!(&#private::Lease)
+    } else {
+        quote!(&[#private::Lease])
+    }
 }
 
 /// `self` in user tokens, renamed to `alias` (keeping each token's span).

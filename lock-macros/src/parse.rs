@@ -23,6 +23,8 @@ pub(crate) struct RawArgs {
     /// a missing `name`.
     pub meant: Vec<OptionKey>,
     pub name: Option<LitStr>,
+    /// Every name of `name = ["a:{x}", "b:{y}"]`, the first also in `name`; empty for one name.
+    pub names: Vec<LitStr>,
     pub ttl: Option<LitStr>,
     pub lease: Option<LitStr>,
     pub max_exec: Option<LitStr>,
@@ -128,10 +130,13 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
             }
         };
         let result = match option {
-            OptionKey::Name => set(
-                &mut raw.name,
-                string(value, "a string literal, like `name = \"job:{id}\"`"),
-            ),
+            OptionKey::Name => names(value).map(|names| {
+                raw.name = names.first().cloned();
+                // One name in an array is one name.
+                if names.len() > 1 {
+                    raw.names = names;
+                }
+            }),
             OptionKey::Ttl => set(&mut raw.ttl, duration(value)),
             OptionKey::Lease => set(&mut raw.lease, duration(value)),
             OptionKey::MaxExec => set(&mut raw.max_exec, duration(value)),
@@ -155,6 +160,20 @@ pub(crate) fn parse_args(tokens: TokenStream, errors: &mut Errors) -> Option<Raw
 fn set<T>(slot: &mut Option<T>, value: syn::Result<T>) -> syn::Result<()> {
     *slot = Some(value?);
     Ok(())
+}
+
+/// `name`: one string literal, or an array of them (several names taken at once).
+fn names(value: Expr) -> syn::Result<Vec<LitStr>> {
+    const ONE: &str = "a string literal, like `name = \"job:{id}\"`, or an array of them, like \
+                       `name = [\"account:{from}\", \"account:{to}\"]`";
+    match value {
+        Expr::Array(array) if array.elems.is_empty() => Err(syn::Error::new_spanned(
+            array,
+            "expected at least one name in the array",
+        )),
+        Expr::Array(array) => array.elems.into_iter().map(|e| string(e, ONE)).collect(),
+        other => string(other, ONE).map(|lit| vec![lit]),
+    }
 }
 
 fn string(value: Expr, expected: &str) -> syn::Result<LitStr> {

@@ -125,6 +125,30 @@ pub mod __private {
         Ok(locker.clone())
     }
 
+    /// [`run`] over several names (`name = [..]`): the body gets their leases in the order
+    /// written (see [`Locker::run_all`]).
+    pub async fn run_all<R, F>(
+        locker: Result<Locker, LockError>,
+        names: Vec<String>,
+        opts: &LockOptions,
+        body: F,
+        lock_failure: fn(LockError) -> R,
+    ) -> R
+    where
+        F: AsyncFnOnce(&[Lease]) -> R,
+    {
+        let locker = match locker {
+            Ok(locker) => locker,
+            Err(err) => {
+                return lock_failure(err.for_lock(names.first().map_or("", String::as_str)));
+            }
+        };
+        match locker.run_all(&names, opts, body).await {
+            Ok(out) => out,
+            Err(err) => lock_failure(err),
+        }
+    }
+
     /// The whole life of one locked call, with a lock failure mapped into the body's return type
     /// by `lock_failure` (which the attribute names at the user's return type, so that a type
     /// that cannot carry a lock failure is reported there, and only there).

@@ -31,6 +31,9 @@
 //!   `leading fence=`, then reads stdin: `write` writes to the store under its term's fence at
 //!   once, from the reading thread (`wrote fence= accepted=`), any other line resigns
 //!   (`resigned`). Prints `lost reason=` when the lead ends first.
+//! - `transfer`: moves one unit from account `from` to account `to`, `count` times (default
+//!   1000), each under both accounts' locks (`Locker::run_all`), with fenced writes of the
+//!   balances on the `store` server; prints `done transfers= refused=`.
 //! - `stale-async`: in a locked body, enters the store, prints `entered`, sleeps `hold` ms, then
 //!   writes asynchronously. The test freezes it wherever it happens to be.
 //!
@@ -309,6 +312,70 @@ async fn lead(args: &Args, locker: Locker) -> ExitCode {
     }
 }
 
+/// A fenced write of an account's balance: `KEYS[1]` the balance, `KEYS[2]` the highest fence
+/// seen; `ARGV` the fence and the new balance. 1 when written, 0 when the fence is older than
+/// one seen (a stale holder's write, refused).
+const SET_BALANCE: &str = r"
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < seen then return 0 end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+";
+
+/// Moves one unit from account `from` to `to`, `count` times, each under both accounts' locks
+/// (`Locker::run_all`, names given in that order), reading and writing the balances on the
+/// store's server with each account's fence.
+async fn transfer(args: &Args, locker: Locker) -> ExitCode {
+    let (from, to) = (args.required("from"), args.required("to"));
+    let count = args.num("count", 1_000);
+    let store = redis::Client::open(args.required("store")).expect("store url");
+    let conn = store
+        .get_multiplexed_async_connection()
+        .await
+        .expect("store connects");
+    let names = [format!("account:{from}"), format!("account:{to}")];
+    let opts = manual_options(args);
+    let set = redis::Script::new(SET_BALANCE);
+    println!("ready");
+    let (mut done, mut refused) = (0, 0);
+    for _ in 0..count {
+        let moved = locker
+            .run_all(&names, &opts, async |leases| {
+                let mut conn = conn.clone();
+                let balance = |name: &str| format!("{{{name}}}:balance");
+                let (a, b): (i64, i64) = redis::pipe()
+                    .get(balance(&names[0]))
+                    .get(balance(&names[1]))
+                    .query_async(&mut conn)
+                    .await?;
+                let mut written = 0;
+                for (i, value) in [(0, a - 1), (1, b + 1)] {
+                    let name = &names[i];
+                    let ok: i32 = set
+                        .key(balance(name))
+                        .key(format!("{{{name}}}:seen"))
+                        .arg(leases[i].fence())
+                        .arg(value)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    written += ok;
+                }
+                Ok::<_, redis::RedisError>(written)
+            })
+            .await;
+        match moved {
+            Ok(Ok(2)) => done += 1,
+            Ok(Ok(_)) => refused += 1,
+            Ok(Err(e)) => panic!("store: {e}"),
+            Err(LockError::Busy { .. }) => {}
+            Err(e) => panic!("lock: {e}"),
+        }
+    }
+    println!("done transfers={done} refused={refused}");
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let mut argv = std::env::args().skip(1);
     let mode = argv.next().unwrap_or_default();
@@ -334,11 +401,12 @@ fn main() -> ExitCode {
             "attr" => attr(&args, locker).await,
             "hold" => hold(&args, locker).await,
             "lead" => lead(&args, locker).await,
+            "transfer" => transfer(&args, locker).await,
             "stale" => stale(&args, locker).await,
             "stale-async" => stale_async(&args, locker).await,
             other => {
                 eprintln!(
-                    "lock_holder: unknown mode `{other}` (attr, hold, lead, stale, stale-async)"
+                    "lock_holder: unknown mode `{other}` (attr, hold, lead, stale, stale-async, transfer)"
                 );
                 ExitCode::from(2)
             }

@@ -8,3 +8,4 @@ pub(crate) mod inspect;
 pub(crate) mod locker;
 pub(crate) mod reentrancy;
 pub(crate) mod run;
+pub(crate) mod several;

@@ -163,9 +163,15 @@ fn past_bounds<T>(now: Instant, deadline: Instant, valid_until: Instant) -> Opti
 
 pin_project_lite::pin_project! {
     /// Catches a panic of the inner future so that the lock is released before it is resumed.
-    struct CatchUnwind<F> {
+    pub(crate) struct CatchUnwind<F> {
         #[pin]
         inner: F,
+    }
+}
+
+impl<F> CatchUnwind<F> {
+    pub(crate) fn new(inner: F) -> Self {
+        Self { inner }
     }
 }
 
