@@ -7,6 +7,7 @@ pub mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lock_runtime::{LockError, LockOptions, Locker, distributed_lock};
+use lock_testing::RedisServer;
 use support::{Env, capture_logs, ms, opts};
 
 static WARM_RUNS: AtomicUsize = AtomicUsize::new(0);
@@ -103,6 +104,29 @@ async fn a_fail_open_call_runs_unlocked_only_while_redis_is_unreachable() {
 async fn fail_open_runs_unlocked_only_while_redis_is_unreachable() {
     a_fail_open_call_runs_unlocked_only_while_redis_is_unreachable().await;
     a_body_run_unlocked_holds_nothing_and_cannot_take_a_lease_by_hand().await;
+    redlock_fails_open_without_a_quorum_only().await;
+}
+
+/// Redlock of 3: with one server down a majority still locks (no warning); with two down there
+/// is no quorum, and the body runs unlocked.
+async fn redlock_fails_open_without_a_quorum_only() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let locker = Locker::redlock(servers.iter().map(RedisServer::url))
+        .await
+        .unwrap();
+    let fail_open = opts(2_000).with_fail_open(true);
+    let held = async |locker: &Locker| {
+        locker
+            .run("quorum", &fail_open, async |lease| lease.is_held())
+            .await
+            .unwrap()
+    };
+    servers[0].kill();
+    let logs = capture_logs(async { assert!(held(&locker).await, "a majority holds it") }).await;
+    assert_eq!(unlocked_warnings(&logs), 0, "{logs:#?}");
+    servers[1].kill();
+    let logs = capture_logs(async { assert!(!held(&locker).await, "no quorum: unlocked") }).await;
+    assert_eq!(unlocked_warnings(&logs), 1, "{logs:#?}");
 }
 
 async fn a_body_run_unlocked_holds_nothing_and_cannot_take_a_lease_by_hand() {
