@@ -118,7 +118,7 @@ impl Node {
         let source = Source::direct(&info, tls_root_cert).map_err(bad)?;
         Ok(Self::with_link(
             addr,
-            Link::Direct(conn),
+            Link::new_direct(conn),
             source,
             settings,
             replicas,
@@ -148,7 +148,7 @@ impl Node {
         };
         Ok(Self::with_link(
             addr,
-            Link::Cluster(Box::new(link)),
+            Link::new_cluster(link),
             source,
             settings,
             replicas,
@@ -172,7 +172,7 @@ impl Node {
         let addr = link.describe();
         let node = Self::with_link(
             addr,
-            Link::Sentinel(Arc::clone(&link)),
+            Link::new_sentinel(Arc::clone(&link)),
             Source::Pending,
             settings,
             replicas,
@@ -290,13 +290,10 @@ impl Node {
                 ),
             );
         }
-        let addr = match &self.link {
-            // Say which primary it was.
-            Link::Sentinel(s) => match s.primary_addr() {
-                Some(primary) => format!("{} (primary {primary})", self.addr),
-                None => self.addr.clone(),
-            },
-            _ => self.addr.clone(),
+        // Say which primary it was.
+        let addr = match self.link.current_primary() {
+            Some(primary) => format!("{} (primary {primary})", self.addr),
+            None => self.addr.clone(),
         };
         LockError::Redis {
             name: name.to_owned(),
