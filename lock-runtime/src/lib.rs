@@ -64,7 +64,8 @@
 #![warn(missing_docs)]
 
 // The engine's layers, declared from the bottom up. Each folder is one layer and imports only
-// from the layers declared before it (`tests/layering.rs` reads this list and enforces it).
+// layers declared before it, those that the table in `tests/layering.rs` allows (it reads this
+// list and enforces the table; docs/architecture.md shows it).
 
 /// Values without I/O: options, errors, key names, holder tokens.
 mod model;

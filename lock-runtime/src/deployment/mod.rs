@@ -30,12 +30,20 @@ use tokio::time::Instant;
 use crate::LockError;
 use crate::model::keys::{KeyFormat, Keys};
 use crate::model::options::HoldKind;
+use crate::model::waiter::Waiter;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
-use crate::server::pubsub::Subscription;
-use crate::server::{AcquireReply, AcquireRequest, Node, Release, SharedPlace, Waiter};
+use crate::server::{AcquireReply, AcquireRequest, Release, SharedPlace};
 use crate::state::lease_state::LeaseState;
-use crate::transport::connect::Settings;
+
+// The server-side types of this layer's interface, which the layers above reach only through
+// here: the servers a deployment lists (`nodes`, `queue_node`: the fair queue and inspection
+// talk to one of them), the release subscriptions `subscribe_all` hands out and what wakes
+// them, and what a deployment is made with (`Setup`).
+pub(crate) use crate::server::Node;
+pub(crate) use crate::server::pubsub::{Grant, Subscription, Wake};
+pub(crate) use crate::server::scripts::DEFAULT_RETENTION_MS as DEFAULT_FENCE_RETENTION_MS;
+pub(crate) use crate::transport::connect::Settings;
 use failure::Failure;
 use majority::Majority;
 

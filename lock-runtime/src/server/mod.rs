@@ -13,11 +13,13 @@ use redis::{
 };
 
 use crate::LockError;
+use crate::model::error::redact;
 use crate::model::keys::Keys;
+use crate::model::waiter::Waiter;
 use crate::plumbing::deadlines::{Bound, Deadlines};
 use crate::transport::cluster::ClusterLink;
 use crate::transport::connect::{
-    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client, redact,
+    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client,
 };
 use crate::transport::link::{Conn, FailoverWatch, Link};
 use crate::transport::sentinel::SentinelLink;
@@ -39,18 +41,9 @@ mod shared;
 mod url;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
-pub(crate) use permits::{PermitReply, permits_of};
+pub(crate) use permits::PermitReply;
 pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
 pub(crate) use shared::SharedPlace;
-
-/// A waiter's identity in the queue, the grace it asks for, and the token of its previous
-/// attempt (empty: none), to which a release may have granted the lock.
-#[derive(Debug, Clone)]
-pub(crate) struct Waiter {
-    pub id: String,
-    pub grace: Duration,
-    pub previous: String,
-}
 
 /// The reply of [`Node::fence_held`].
 #[derive(Debug, Clone, PartialEq, Eq)]
