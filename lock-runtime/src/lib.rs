@@ -108,6 +108,13 @@ pub use model::keys::KeyFormat;
 pub use model::options::{LockOptions, drift_for};
 pub use model::output::{FromLockError, LockOutput};
 
+/// The Redis Cluster hash slot of a key, for `lock-testing`, whose clusters place and move keys
+/// by the same function the engine groups renewals by (one copy of it). Not a public API.
+#[doc(hidden)]
+pub mod __slot {
+    pub use crate::transport::slot::{SLOT_COUNT, key_slot};
+}
+
 /// Paths named by the code that `#[distributed_lock]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
