@@ -127,6 +127,13 @@ pub mod __private {
         crate::api::default_locker::default_locker()
     }
 
+    /// `opts` for a body without `guard`, which cannot read its lease's fence: an uncontended
+    /// acquire skips computing one. For the attribute's expansion only.
+    #[must_use]
+    pub const fn without_fence(opts: LockOptions) -> LockOptions {
+        opts.without_fence()
+    }
+
     /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).
     pub fn locker_ref(locker: &Locker) -> Result<Locker, LockError> {
         Ok(locker.clone())
