@@ -7,6 +7,13 @@
 //! servers hold a lock with a majority `N/2 + 1` of the configured N (not of the reachable
 //! ones). Every request goes to all servers at once and is decided as soon as the replies so far
 //! decide it, so that one slow or silent server never holds up a decision the others made.
+//!
+//! [`Deployment`]: crate::deployment::Deployment
+//! [`Traits`]: crate::deployment::Traits
+//! [`standalone`]: crate::deployment::standalone
+//! [`cluster`]: crate::deployment::cluster
+//! [`sentinel`]: crate::deployment::sentinel
+//! [`redlock`]: crate::deployment::redlock
 
 mod acquire;
 pub(crate) mod cluster;

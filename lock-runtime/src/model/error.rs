@@ -244,7 +244,7 @@ fn subject(name: &str) -> String {
     }
 }
 
-/// What to do about a Redis error, as "; <advice>" to end its message, or nothing when the error
+/// What to do about a Redis error, as `"; <advice>"` to end its message, or nothing when the error
 /// does not tell.
 fn hint(error: &redis::RedisError) -> String {
     advice(error.kind(), error.code(), &error.to_string())

@@ -1,6 +1,8 @@
 //! One logical Redis server (a standalone server, a Redlock node, a Redis Cluster, or the primary
 //! behind Sentinel): the scripts and commands of a lock, sent over its [`Link`]; its release
 //! notifications live in `pubsub`.
+//!
+//! [`Link`]: crate::transport::link::Link
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
