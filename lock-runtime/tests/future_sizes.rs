@@ -27,7 +27,7 @@ fn check(what: &str, size: usize, bound: usize) {
 #[tokio::test]
 async fn uncontended_call_futures_stay_small() {
     let server = RedisServer::start();
-    let locker = Locker::builder().url(&server.url()).build().unwrap();
+    let locker = Locker::builder().url(server.url()).build().unwrap();
     let opts = LockOptions::new(Duration::from_secs(10));
 
     let acquire = locker.acquire("sizes", &opts);
