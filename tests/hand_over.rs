@@ -374,7 +374,7 @@ async fn a_queued_waiter_marks_the_holders_value_and_the_release_hands_over() {
     // Unfenced: its release takes the short path unless the value is marked.
     let holder = env
         .locker
-        .acquire(name, &opts(900).without_fence())
+        .acquire(name, &lock_runtime::__private::without_fence(opts(900)))
         .await
         .unwrap();
     let token = holder.token().to_owned();
@@ -438,7 +438,7 @@ async fn a_grant_keeps_the_fence_counter_for_the_releasing_lockers_retention() {
         let name = format!("retention-{}", pttl_in.end());
         let holder_locker = env.locker_with(|b| b.fence_retention(retention)).await;
         let holder = holder_locker
-            .acquire(&name, &opts(5_000).without_fence())
+            .acquire(&name, &lock_runtime::__private::without_fence(opts(5_000)))
             .await
             .unwrap();
         let waiter_locker = env.second_locker().await;

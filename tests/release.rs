@@ -28,7 +28,7 @@ async fn an_uncontended_release_sends_the_key_and_token_only() {
         let o = if fenced {
             opts(5_000)
         } else {
-            opts(5_000).without_fence()
+            lock_runtime::__private::without_fence(opts(5_000))
         };
         let lease = env.locker.acquire("short", &o).await.unwrap();
         let (token, fence) = (lease.token().to_owned(), lease.fence());

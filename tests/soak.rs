@@ -306,7 +306,7 @@ async fn worker(
             }
             // Nested sections on the same name, joined inside one locked body.
             8 => {
-                let o = o.without_fence();
+                let o = lock_runtime::__private::without_fence(o);
                 let res = locker
                     .run(NAME, &o, async |_| {
                         nested_sections(&locker, &o, &losses).await

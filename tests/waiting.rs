@@ -298,7 +298,10 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     let env = Env::start().await;
     let holder = env
         .locker
-        .acquire("leave", &opts(10_000).without_fence())
+        .acquire(
+            "leave",
+            &lock_runtime::__private::without_fence(opts(10_000)),
+        )
         .await
         .unwrap();
     let task = spawn_acquire(&env.locker, "leave", opts(1_000).with_wait(ms(10_000)));

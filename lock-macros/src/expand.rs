@@ -304,7 +304,7 @@ fn options_chain(private: &TokenStream, config: &Config) -> TokenStream {
     chain = quote!(#chain.with_template(#template));
     // Without a guard the body cannot see its lease, so nobody could read a fence.
     if config.guard.is_none() {
-        chain = quote!(#chain.without_fence());
+        chain = quote!(#private::without_fence(#chain));
     }
     chain
 }

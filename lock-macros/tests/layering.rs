@@ -98,3 +98,25 @@ fn scanner_reads_paths_and_skips_literals() {
     );
     assert_eq!(crate_paths(&code), ["a", "b", "d", "g"]);
 }
+
+#[test]
+fn imports_of_test_code_are_kept_apart() {
+    let scratch = Scratch::new(
+        "tests",
+        &[
+            ("lib.rs", "mod a; mod b; mod c; mod d;"),
+            (
+                "a/mod.rs",
+                "use crate::b::B;\n#[cfg(test)]\nmod tests {\n    use crate::c::C;\n    fn f() { { crate::b::g(); } }\n}\n#[cfg(test)]\nmod more;\nfn after() -> crate::d::D { todo!() }",
+            ),
+            ("a/more.rs", "use crate::c::{C, D};"),
+            ("b.rs", "pub struct B;"),
+            ("c.rs", "pub struct C;"),
+            ("d.rs", "pub struct D;"),
+        ],
+    );
+    let graph = ModuleGraph::read(&scratch.0).unwrap();
+    assert_eq!(graph.edges["a"].iter().collect::<Vec<_>>(), ["b", "c", "d"]);
+    assert_eq!(graph.test_edges["a"].iter().collect::<Vec<_>>(), ["c"]);
+    assert!(graph.test_edges["b"].is_empty(), "{graph:?}");
+}

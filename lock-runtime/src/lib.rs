@@ -64,7 +64,8 @@
 #![warn(missing_docs)]
 
 // The engine's layers, declared from the bottom up. Each folder is one layer and imports only
-// from the layers declared before it (`tests/layering.rs` reads this list and enforces it).
+// layers declared before it, those that the table in `tests/layering.rs` allows (it reads this
+// list and enforces the table; docs/architecture.md shows it).
 
 /// Values without I/O: options, errors, key names, holder tokens.
 mod model;
@@ -108,6 +109,13 @@ pub use model::keys::KeyFormat;
 pub use model::options::{LockOptions, drift_for};
 pub use model::output::{FromLockError, LockOutput};
 
+/// The Redis Cluster hash slot of a key, for `lock-testing`, whose clusters place and move keys
+/// by the same function the engine groups renewals by (one copy of it). Not a public API.
+#[doc(hidden)]
+pub mod __slot {
+    pub use crate::transport::slot::{SLOT_COUNT, key_slot};
+}
+
 /// Paths named by the code that `#[distributed_lock]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
@@ -118,6 +126,13 @@ pub mod __private {
     /// The process default locker (see [`crate::set_default_locker`]), or why there is none.
     pub fn default_locker() -> Result<Locker, LockError> {
         crate::api::default_locker::default_locker()
+    }
+
+    /// `opts` for a body without `guard`, which cannot read its lease's fence: an uncontended
+    /// acquire skips computing one. For the attribute's expansion only.
+    #[must_use]
+    pub const fn without_fence(opts: LockOptions) -> LockOptions {
+        opts.without_fence()
     }
 
     /// Clones the locker named by the attribute's `locker = expr` (`&(expr)` must deref to it).

@@ -52,6 +52,20 @@ fn test() -> Result<(), String> {
         "cargo",
         &[&clippy[..], &["--all-features", "--", "-D", "warnings"]].concat(),
     )?;
+    // The API documentation builds without a warning: no broken intra-doc link, no public doc
+    // that links a private item.
+    run_with(
+        "cargo",
+        &[
+            "doc",
+            "--workspace",
+            "--exclude",
+            "lock-bench",
+            "--no-deps",
+            "--all-features",
+        ],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
     // --all-features adds the `tls` tests; --include-ignored the slow fault and soak tests.
     run(
         "cargo",
@@ -103,9 +117,16 @@ fn example(name: &str) -> Result<(), String> {
 }
 
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    eprintln!("+ {program} {}", args.join(" "));
+    run_with(program, args, &[])
+}
+
+/// [`run`], with `env` added to the program's environment.
+fn run_with(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v:?} ")).collect();
+    eprintln!("+ {}{program} {}", shown.concat(), args.join(" "));
     let status = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .status()
         .map_err(|e| format!("cannot run {program}: {e}"))?;
     if status.success() {

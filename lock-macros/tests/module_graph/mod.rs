@@ -16,7 +16,9 @@
 //! A module is a file `src/<name>.rs` or a directory `src/<name>/` (its files count as that
 //! module). A `crate::x` names module `x`, or, when `x` is re-exported by the crate root
 //! (`pub use error::LockError;` in `lib.rs`), the module it comes from. Comments, strings and
-//! `$crate::` (macro_rules) are ignored.
+//! `$crate::` (macro_rules) are ignored. Imports made only by test code (an item under
+//! `#[cfg(test)]`, or a file such an item declares as a module) are in `edges` and also kept
+//! apart in `test_edges`, so that a check can hold the engine's code to a stricter rule.
 
 // Each user includes it for some of its functions.
 #![allow(dead_code)]
@@ -29,7 +31,10 @@ use std::path::{Path, PathBuf};
 /// Which module imports which, by name.
 #[derive(Debug, Default)]
 pub struct ModuleGraph {
+    /// Every import, from code and tests alike.
     pub edges: BTreeMap<String, BTreeSet<String>>,
+    /// The imports that only test code makes (a subset of `edges`).
+    pub test_edges: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl ModuleGraph {
@@ -38,7 +43,9 @@ impl ModuleGraph {
         let mut files = Vec::new();
         rust_files(src, &mut files)?;
         let mut modules = BTreeMap::<String, String>::new();
+        let mut tests = BTreeMap::<String, String>::new();
         let mut root = String::new();
+        let test_files = test_module_files(&files)?;
         for file in &files {
             let relative = file.strip_prefix(src).unwrap_or(file);
             let first = relative
@@ -46,32 +53,50 @@ impl ModuleGraph {
                 .next()
                 .map(|c| c.as_os_str().to_string_lossy().into_owned());
             let Some(first) = first else { continue };
-            let text = code_only(&fs::read_to_string(file)?);
+            let (code, test) = split_tests(&code_only(&fs::read_to_string(file)?));
+            let (code, test) = if test_files.contains(file) {
+                (String::new(), code + &test)
+            } else {
+                (code, test)
+            };
             if first == "lib.rs" || first == "main.rs" {
-                root.push_str(&text);
+                root.push_str(&code);
                 root.push('\n');
                 continue;
             }
             let module = first.strip_suffix(".rs").unwrap_or(&first).to_owned();
-            let all = modules.entry(module).or_default();
-            all.push_str(&text);
+            let all = modules.entry(module.clone()).or_default();
+            all.push_str(&code);
+            all.push('\n');
+            let all = tests.entry(module).or_default();
+            all.push_str(&test);
             all.push('\n');
         }
         let names: BTreeSet<String> = modules.keys().cloned().collect();
         let reexports = root_reexports(&root, &names);
+        let targets = |module: &String, text: &str| -> BTreeSet<String> {
+            crate_paths(text)
+                .into_iter()
+                .filter_map(|first| {
+                    if names.contains(&first) {
+                        Some(first)
+                    } else {
+                        reexports.get(&first).cloned()
+                    }
+                })
+                .filter(|t| t != module)
+                .collect()
+        };
         let mut graph = ModuleGraph::default();
         for (module, text) in &modules {
-            let targets = graph.edges.entry(module.clone()).or_default();
-            for first in crate_paths(text) {
-                let target = if names.contains(&first) {
-                    Some(&first)
-                } else {
-                    reexports.get(&first)
-                };
-                if let Some(target) = target.filter(|t| *t != module) {
-                    targets.insert(target.clone());
-                }
-            }
+            let code = targets(module, text);
+            let test: BTreeSet<String> = targets(module, &tests[module])
+                .into_iter()
+                .filter(|t| !code.contains(t))
+                .collect();
+            let all = code.union(&test).cloned().collect();
+            graph.edges.insert(module.clone(), all);
+            graph.test_edges.insert(module.clone(), test);
         }
         Ok(graph)
     }
@@ -125,6 +150,62 @@ impl ModuleGraph {
             );
         }
     }
+}
+
+/// The files that a `#[cfg(test)] mod name;` declares: `name.rs` beside a `mod.rs`, `lib.rs` or
+/// `main.rs`, else in the folder named after the declaring file (or `name/mod.rs`).
+fn test_module_files(files: &[PathBuf]) -> io::Result<BTreeSet<PathBuf>> {
+    let mut found = BTreeSet::new();
+    for file in files {
+        let (_, test) = split_tests(&code_only(&fs::read_to_string(file)?));
+        let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+        let dir = file.parent().unwrap_or(Path::new(""));
+        let dir = if ["mod", "lib", "main"].contains(&stem.as_ref()) {
+            dir.to_path_buf()
+        } else {
+            dir.join(stem.as_ref())
+        };
+        for item in test.split(';') {
+            let words: Vec<&str> = item.split_whitespace().collect();
+            if let [.., "mod", name] = words.as_slice() {
+                found.insert(dir.join(format!("{name}.rs")));
+                found.insert(dir.join(name).join("mod.rs"));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Code (comments and strings removed already) split into what is compiled always and the items
+/// under `#[cfg(test)]`: each such item runs to its `;`, or to the brace that closes its body.
+pub fn split_tests(code: &str) -> (String, String) {
+    const MARK: &str = "#[cfg(test)]";
+    let (mut always, mut test) = (String::new(), String::new());
+    let mut rest = code;
+    while let Some(at) = rest.find(MARK) {
+        always.push_str(&rest[..at]);
+        let item = &rest[at + MARK.len()..];
+        let end = match (item.find(';'), item.find('{')) {
+            (Some(semi), Some(open)) if semi < open => semi + 1,
+            (Some(semi), None) => semi + 1,
+            (_, Some(open)) => {
+                let chars: Vec<char> = item.chars().collect();
+                let open = item[..open].chars().count();
+                let close = matching_brace(&chars, open);
+                let close: usize = chars[..close.min(chars.len())]
+                    .iter()
+                    .map(|c| c.len_utf8())
+                    .sum();
+                (close + 1).min(item.len())
+            }
+            (None, None) => item.len(),
+        };
+        test.push_str(&item[..end]);
+        test.push('\n');
+        rest = &item[end..];
+    }
+    always.push_str(rest);
+    (always, test)
 }
 
 /// Every `.rs` file under `dir`, into `out`, in path order.

@@ -11,12 +11,12 @@ use tokio::time::Instant;
 use crate::acquire::queue::{QueuePlace, StaleHeads};
 use crate::acquire::schedule::{AfterError, Backoff, jitter, retry_delay};
 use crate::deployment::{Acquired, Ask, Deployment, Late};
+use crate::deployment::{Grant, Subscription, Wake};
 use crate::hold::watchdog::{Renewing, Watchdog};
 use crate::model::hold::{Held, HoldKind};
 use crate::model::keys::Keys;
+use crate::model::waiter::Waiter;
 use crate::plumbing::telemetry;
-use crate::server::Waiter;
-use crate::server::pubsub::{Grant, Subscription, Wake};
 use crate::state::lease_state::{Granted, LeaseState, renew_period};
 use crate::{Lease, LockError, LockOptions};
 

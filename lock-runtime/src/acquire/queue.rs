@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::deployment::Node;
 use crate::model::hold::HoldKind;
 use crate::model::keys::Keys;
-use crate::server::{Node, Waiter};
+use crate::model::waiter::Waiter;
 
 /// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
 /// its server's recent round trips to it and comes back at least three times per grace, so only
@@ -210,7 +211,8 @@ mod tests {
 
     use super::QueuePlace;
     use crate::model::keys::Keys;
-    use crate::server::{AcquireReply, AcquireRequest, Node, Waiter};
+    use crate::model::waiter::Waiter;
+    use crate::server::{AcquireReply, AcquireRequest, Node};
     use crate::transport::connect::Settings;
 
     async fn attempt(

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::server::pubsub::Subscription;
+use crate::deployment::Subscription;
 use crate::{Lease, LockError, LockInfo, LockOptions, Locker};
 
 /// How long one round of an unbounded campaign waits before it queues again (at the back). Long

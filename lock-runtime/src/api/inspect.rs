@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::deployment::Node;
 use crate::model::keys::Keys;
-use crate::server::Node;
 use crate::{Holder, LockError, Locker};
 
 /// Most locks [`Locker::list`] returns.
@@ -301,7 +301,7 @@ async fn view(node: &Node, keys: &Keys) -> Result<View, LockError> {
         })
         .collect();
     readers.sort_by_key(|(_, fence)| *fence);
-    let permits = value.as_deref().and_then(crate::server::permits_of);
+    let permits = value.as_deref().and_then(crate::model::keys::permits_of);
     let held = match permits {
         Some(n) => held_permits(node, keys, n).await?,
         None => Vec::new(),
@@ -439,10 +439,12 @@ impl Locker {
         let alone = deployment.nodes().len() == 1;
         let mut answered: Vec<Option<View>> = answered.into_iter().map(Some).collect();
         Ok(match best {
-            Some((value, _)) if alone && crate::server::permits_of(&value).is_some() => answered
-                .pop()
-                .flatten()
-                .and_then(|view| LockInfo::of_permits(name, &key, view)),
+            Some((value, _)) if alone && crate::model::keys::permits_of(&value).is_some() => {
+                answered
+                    .pop()
+                    .flatten()
+                    .and_then(|view| LockInfo::of_permits(name, &key, view))
+            }
             Some((value, (_, pttl, at))) => {
                 let view = View {
                     fence,

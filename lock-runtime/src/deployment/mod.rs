@@ -7,6 +7,13 @@
 //! servers hold a lock with a majority `N/2 + 1` of the configured N (not of the reachable
 //! ones). Every request goes to all servers at once and is decided as soon as the replies so far
 //! decide it, so that one slow or silent server never holds up a decision the others made.
+//!
+//! [`Deployment`]: crate::deployment::Deployment
+//! [`Traits`]: crate::deployment::Traits
+//! [`standalone`]: crate::deployment::standalone
+//! [`cluster`]: crate::deployment::cluster
+//! [`sentinel`]: crate::deployment::sentinel
+//! [`redlock`]: crate::deployment::redlock
 
 mod acquire;
 pub(crate) mod cluster;
@@ -32,11 +39,19 @@ use tokio::time::Instant;
 use crate::LockError;
 use crate::model::hold::{Held, HoldKind};
 use crate::model::keys::{KeyFormat, Keys};
+use crate::model::waiter::Waiter;
 use crate::plumbing::deadlines::Deadlines;
 use crate::plumbing::fanout::Fanout;
-use crate::server::pubsub::Subscription;
-use crate::server::{AcquireReply, AcquireRequest, Node, Release, Waiter};
-use crate::transport::connect::Settings;
+use crate::server::{AcquireReply, AcquireRequest, Release};
+
+// The server-side types of this layer's interface, which the layers above reach only through
+// here: the servers a deployment lists (`nodes`, `queue_node`: the fair queue and inspection
+// talk to one of them), the release subscriptions `subscribe_all` hands out and what wakes
+// them, and what a deployment is made with (`Setup`).
+pub(crate) use crate::server::Node;
+pub(crate) use crate::server::pubsub::{Grant, Subscription, Wake};
+pub(crate) use crate::server::scripts::DEFAULT_RETENTION_MS as DEFAULT_FENCE_RETENTION_MS;
+pub(crate) use crate::transport::connect::Settings;
 use failure::Failure;
 use majority::Majority;
 

@@ -1,5 +1,5 @@
 //! The primary that Redis Sentinel names, found again after a failover: one logical server, as
-//! [`standalone`](super::standalone) is.
+//! [`standalone`] is.
 
 use super::{Deployment, Setup, standalone};
 use crate::LockError;

@@ -23,7 +23,7 @@
 //! is left (taken in a runtime, held in another that took none) are renewed by a thread of the
 //! watchdog's own until they end.
 
-use crate::plumbing::task_claim::{ServedByTask, TaskClaim};
+use crate::plumbing::background::{Added, Idle, ServedByTask, Task, TaskClaim, nap};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,10 +36,6 @@ use tokio::time::Instant;
 use crate::LostReason;
 use crate::deployment::{Deployment, Renewal};
 use crate::state::lease_state::LeaseState;
-
-/// How long an idle task waits for new leases before it stops: a steady acquire/release loop
-/// then reuses one task instead of spawning one per lease.
-const LINGER: Duration = Duration::from_secs(1);
 
 /// The renewal schedule of one locker.
 pub(crate) struct Watchdog {
@@ -59,25 +55,15 @@ struct Schedule {
     /// Where each lease sits in `due`.
     at: HashMap<u64, Instant, BuildHasherDefault<IdHasher>>,
     next_id: u64,
-    running: bool,
-    /// When the running task will next look at the schedule by itself; `None` while it is busy.
-    /// A new lease due earlier than this wakes it.
-    armed: Option<Instant>,
-    /// The runtime the task runs in.
-    home: Option<Id>,
+    /// The renewal task (it lingers a while without leases: a steady acquire/release loop
+    /// reuses one task instead of spawning one per lease).
+    task: Task,
     /// The runtimes that registered the leases held now, with how many each: where the task
     /// moves if its own runtime shuts down. Usually one.
     runtimes: Vec<(Handle, usize)>,
 }
 
 impl Schedule {
-    /// No task runs: the next registration starts one.
-    fn without_task(&mut self) {
-        self.running = false;
-        self.armed = None;
-        self.home = None;
-    }
-
     /// Schedules lease `id` at `when`, where it sat elsewhere; true if it is the earliest now.
     fn put(&mut self, id: u64, when: Instant, lease: Arc<LeaseState>) -> bool {
         if let Some(old) = self.at.insert(id, when) {
@@ -184,10 +170,9 @@ impl ServedByTask for Shared {
     }
 
     fn task_dropped(self: &Arc<Self>, mut s: MutexGuard<'_, Schedule>) {
-        s.armed = None;
         // The task's runtime shut down (or the task panicked): forget that runtime, whose
         // leases end with it, and go to another runtime with leases, if there is one.
-        let gone: Vec<(Handle, usize)> = match s.home.take() {
+        let gone: Vec<(Handle, usize)> = match s.task.home() {
             Some(home) => s.runtimes.extract_if(.., |(h, _)| h.id() == home).collect(),
             None => Vec::new(),
         };
@@ -200,8 +185,12 @@ impl ServedByTask for Shared {
         // the runtimes that registered them (or are about to be dropped with the one that shut
         // down). Nothing else would renew them.
         let stranded = next.is_none() && !panicking && !s.at.is_empty();
-        s.running = next.is_some() || stranded;
-        s.home = next.as_ref().map(Handle::id);
+        if next.is_some() || stranded {
+            // In `next`, or in the thread's own runtime, which names itself once it runs.
+            s.task.start_in(next.as_ref().map(Handle::id));
+        } else {
+            s.task.stopped();
+        }
         // The handles are dropped outside the lock.
         drop(s);
         drop(gone);
@@ -229,8 +218,13 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
                 .build()
             {
                 Ok(runtime) => runtime.block_on(async {
-                    inner.schedule.lock().expect("watchdog lock").home =
-                        Some(Handle::current().id());
+                    let here = Some(Handle::current().id());
+                    inner
+                        .schedule
+                        .lock()
+                        .expect("watchdog lock")
+                        .task
+                        .start_in(here);
                     run(RunningGuard::new(inner)).await;
                 }),
                 Err(e) => not_renewed(&inner, &e),
@@ -248,7 +242,8 @@ fn not_renewed(shared: &Shared, e: &std::io::Error) {
         .schedule
         .lock()
         .expect("watchdog lock")
-        .without_task();
+        .task
+        .stopped();
     tracing::error!(
         target: "lock_runtime::hold",
         error = %e,
@@ -305,16 +300,17 @@ impl Watchdog {
             Some((_, leases)) => *leases += 1,
             None => s.runtimes.push((here, 1)),
         }
-        let earliest = s.armed.is_none_or(|armed| when < armed);
-        if !s.running {
-            s.running = true;
-            s.home = Some(runtime);
-            drop(s);
-            let guard = RunningGuard::new(Arc::clone(&self.shared));
-            tokio::spawn(run(guard));
-        } else if earliest {
-            drop(s);
-            self.shared.wake.notify_one();
+        match s.task.added(when, runtime) {
+            Added::Spawn => {
+                drop(s);
+                let guard = RunningGuard::new(Arc::clone(&self.shared));
+                tokio::spawn(run(guard));
+            }
+            Added::Wake => {
+                drop(s);
+                self.shared.wake.notify_one();
+            }
+            Added::Nothing => {}
         }
         Renewing {
             id,
@@ -326,7 +322,7 @@ impl Watchdog {
 
 async fn run(mut guard: RunningGuard) {
     let shared = Arc::clone(guard.shared());
-    let mut idle_since: Option<Instant> = None;
+    let mut idle = Idle::default();
     loop {
         let rtt = shared.deployment.rtt();
         let now = Instant::now();
@@ -334,9 +330,9 @@ async fn run(mut guard: RunningGuard) {
             let mut s = shared.schedule.lock().expect("watchdog lock");
             let (batch, next) = take_due(&mut s, now, rtt);
             if !batch.is_empty() {
-                s.armed = None;
+                s.task.busy();
                 drop(s);
-                idle_since = None;
+                idle.busy();
                 let chunks = batch
                     .chunks(shared.deployment.renew_chunk())
                     .map(|chunk| Outstanding {
@@ -347,31 +343,15 @@ async fn run(mut guard: RunningGuard) {
                 tokio::spawn(renew_round(chunks));
                 continue;
             }
-            let wake_at = match next {
-                Some(at) => {
-                    idle_since = None;
-                    at
-                }
-                None => {
-                    let since = *idle_since.get_or_insert(now);
-                    if now >= since + LINGER {
-                        // Stop under the lock: a new lease either landed before this check, or
-                        // sees `running == false` and starts a new task. Disarm the guard so
-                        // that its drop cannot clear the flag of that new task.
-                        s.without_task();
-                        guard.disarm();
-                        return;
-                    }
-                    since + LINGER
-                }
-            };
-            s.armed = Some(wake_at);
-            wake_at
+            // Stops under the lock when it has lingered long enough: a new lease either
+            // landed before this, or finds no task and starts one (the guard is disarmed, so
+            // that its drop cannot stop that new task).
+            match s.task.plan(&mut idle, now, next, &mut guard) {
+                Some(at) => at,
+                None => return,
+            }
         };
-        tokio::select! {
-            () = tokio::time::sleep_until(wake_at) => {}
-            () = shared.wake.notified() => {}
-        }
+        nap(wake_at, &shared.wake).await;
     }
 }
 

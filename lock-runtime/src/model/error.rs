@@ -244,7 +244,7 @@ fn subject(name: &str) -> String {
     }
 }
 
-/// What to do about a Redis error, as "; <advice>" to end its message, or nothing when the error
+/// What to do about a Redis error, as `"; <advice>"` to end its message, or nothing when the error
 /// does not tell.
 fn hint(error: &redis::RedisError) -> String {
     advice(error.kind(), error.code(), &error.to_string())
@@ -460,6 +460,16 @@ impl From<LockError> for std::io::Error {
             _ => ErrorKind::Other,
         };
         std::io::Error::new(kind, err)
+    }
+}
+
+/// The URL with any password replaced, for error messages.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
     }
 }
 

@@ -29,6 +29,15 @@ pub(crate) struct Keys<K = String> {
 /// mode of its holders, which callers of another mode or another N are refused by.
 pub(crate) const PERMITS_MARK: &str = "permits:";
 
+/// N, when a lock's key holds the mark of permits (`permits:<N>`, see [`Keys::permit`]): a
+/// number from 1 to the most allowed.
+pub(crate) fn permits_of(value: &str) -> Option<u32> {
+    let n: u32 = value.strip_prefix(PERMITS_MARK)?.parse().ok()?;
+    (1..=lock_rules::MAX_PERMITS)
+        .contains(&u64::from(n))
+        .then_some(n)
+}
+
 /// What a lock's key holds while shared holders hold it, before its first holder's value.
 pub(crate) const SHARED_MARK: &str = "shared:";
 

@@ -8,3 +8,4 @@ pub(crate) mod keys;
 pub(crate) mod options;
 pub(crate) mod output;
 pub(crate) mod random;
+pub(crate) mod waiter;

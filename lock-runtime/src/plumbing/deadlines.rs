@@ -19,20 +19,15 @@
 //! runtime waits on a timer of its own runtime instead: the task's runtime may be idle (a
 //! current-thread runtime outside `block_on`), and a bound must end whatever other runtimes do.
 
-use crate::plumbing::task_claim::{ServedByTask, TaskClaim};
+use crate::plumbing::background::{Added, Idle, ServedByTask, Task, TaskClaim, nap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-use tokio::runtime::{Handle, Id};
+use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
-
-/// How long the task waits with nothing to watch before it stops (a steady stream of requests
-/// reuses one task).
-const LINGER: Duration = Duration::from_secs(1);
 
 /// The schedule of one locker's request bounds; its nodes share one (each holds a clone).
 #[derive(Default, Clone)]
@@ -54,12 +49,9 @@ struct State {
     slots: Vec<Slot>,
     /// Slots without a request, the most recently freed last.
     free: Vec<usize>,
-    running: bool,
-    /// When the running task looks at the schedule next by itself; `None` until it has looked
-    /// once. A bound due before this wakes it.
-    armed: Option<Instant>,
-    /// The runtime the task runs in.
-    home: Option<Id>,
+    /// The task that watches the slots (it lingers a while with none: a steady stream of
+    /// requests reuses one task).
+    task: Task,
 }
 
 struct Slot {
@@ -124,7 +116,7 @@ impl Shared {
     fn insert(self: &Arc<Self>, deadline: Instant, waker: &Waker) -> Option<Entry> {
         let here = Handle::current();
         let mut s = self.state.lock().expect("deadlines lock");
-        if s.running && s.home != Some(here.id()) {
+        if s.task.is_running() && s.task.home() != Some(here.id()) {
             return None;
         }
         let waker = Some(waker.clone());
@@ -150,15 +142,16 @@ impl Shared {
                 }
             }
         };
-        if !s.running {
-            s.running = true;
-            s.armed = None;
-            s.home = Some(here.id());
-            drop(s);
-            here.spawn(watch(Running::new(Arc::clone(self))));
-        } else if s.armed.is_some_and(|armed| deadline < armed) {
-            drop(s);
-            self.wake.notify_one();
+        match s.task.added(deadline, here.id()) {
+            Added::Spawn => {
+                drop(s);
+                here.spawn(watch(Running::new(Arc::clone(self))));
+            }
+            Added::Wake => {
+                drop(s);
+                self.wake.notify_one();
+            }
+            Added::Nothing => {}
         }
         Some(entry)
     }
@@ -273,9 +266,7 @@ impl ServedByTask for Shared {
     }
 
     fn task_dropped(self: &Arc<Self>, mut s: MutexGuard<'_, State>) {
-        s.running = false;
-        s.armed = None;
-        s.home = None;
+        s.task.stopped();
         let left: Vec<Waker> = (0..s.slots.len())
             .filter_map(|index| {
                 let generation = s.slots[index].generation;
@@ -290,7 +281,7 @@ impl ServedByTask for Shared {
 /// Wakes each bound's request at its deadline (the request then sees it passed).
 async fn watch(mut running: Running) {
     let shared = Arc::clone(running.shared());
-    let mut idle_since: Option<Instant> = None;
+    let mut idle = Idle::default();
     loop {
         let now = Instant::now();
         let mut fired = Vec::new();
@@ -309,39 +300,22 @@ async fn watch(mut running: Running) {
                     soonest = Some(slot.deadline);
                 }
             }
-            let look_at = match soonest {
-                Some(at) => {
-                    idle_since = None;
-                    Some(at)
-                }
-                None => {
-                    let since = *idle_since.get_or_insert(now);
-                    // Stop under the lock: a new bound either landed before this check, or
-                    // sees `running == false` and starts a new task.
-                    (now < since + LINGER).then_some(since + LINGER)
-                }
-            };
-            s.armed = look_at;
-            if look_at.is_none() {
-                s.running = false;
-                s.home = None;
-                running.disarm();
-            }
-            look_at
+            // Stops under the lock when it has lingered long enough: a new bound either
+            // landed before this, or finds no task and starts one.
+            s.task.plan(&mut idle, now, soonest, &mut running)
         };
         fired.into_iter().for_each(Waker::wake);
         let Some(at) = look_at else {
             return;
         };
-        tokio::select! {
-            () = tokio::time::sleep_until(at) => {}
-            () = shared.wake.notified() => {}
-        }
+        nap(at, &shared.wake).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     const SHORT: Duration = Duration::from_millis(50);

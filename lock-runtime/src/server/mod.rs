@@ -1,6 +1,8 @@
 //! One logical Redis server (a standalone server, a Redlock node, a Redis Cluster, or the primary
 //! behind Sentinel): the scripts and commands of a lock, sent over its [`Link`]; its release
 //! notifications live in `pubsub`.
+//!
+//! [`Link`]: crate::transport::link::Link
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -13,11 +15,13 @@ use redis::{
 };
 
 use crate::LockError;
+use crate::model::error::redact;
 use crate::model::keys::Keys;
+use crate::model::waiter::Waiter;
 use crate::plumbing::deadlines::{Bound, Deadlines};
 use crate::transport::cluster::ClusterLink;
 use crate::transport::connect::{
-    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client, redact,
+    Bounded, RoundTrip, Settings, bounded_in, command_config, open_client,
 };
 use crate::transport::link::{Conn, FailoverWatch, Link};
 use crate::transport::sentinel::SentinelLink;
@@ -39,17 +43,8 @@ mod shared;
 mod url;
 
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
-pub(crate) use permits::{PermitReply, permits_of};
+pub(crate) use permits::PermitReply;
 pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
-
-/// A waiter's identity in the queue, the grace it asks for, and the token of its previous
-/// attempt (empty: none), to which a release may have granted the lock.
-#[derive(Debug, Clone)]
-pub(crate) struct Waiter {
-    pub id: String,
-    pub grace: Duration,
-    pub previous: String,
-}
 
 /// The reply of [`Node::fence_held`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +112,7 @@ impl Node {
         let source = Source::direct(&info, tls_root_cert).map_err(bad)?;
         Ok(Self::with_link(
             addr,
-            Link::Direct(conn),
+            Link::new_direct(conn),
             source,
             settings,
             replicas,
@@ -147,7 +142,7 @@ impl Node {
         };
         Ok(Self::with_link(
             addr,
-            Link::Cluster(Box::new(link)),
+            Link::new_cluster(link),
             source,
             settings,
             replicas,
@@ -171,7 +166,7 @@ impl Node {
         let addr = link.describe();
         let node = Self::with_link(
             addr,
-            Link::Sentinel(Arc::clone(&link)),
+            Link::new_sentinel(Arc::clone(&link)),
             Source::Pending,
             settings,
             replicas,
@@ -289,13 +284,10 @@ impl Node {
                 ),
             );
         }
-        let addr = match &self.link {
-            // Say which primary it was.
-            Link::Sentinel(s) => match s.primary_addr() {
-                Some(primary) => format!("{} (primary {primary})", self.addr),
-                None => self.addr.clone(),
-            },
-            _ => self.addr.clone(),
+        // Say which primary it was.
+        let addr = match self.link.current_primary() {
+            Some(primary) => format!("{} (primary {primary})", self.addr),
+            None => self.addr.clone(),
         };
         LockError::Redis {
             name: name.to_owned(),

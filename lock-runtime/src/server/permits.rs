@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::Node;
 use super::acquire::{AcquireRequest, value_text};
-use crate::model::keys::{Keys, PERMITS_MARK};
+use crate::model::keys::{Keys, permits_of};
 use crate::server::scripts::{self, evalsha};
 
 /// The reply to an attempt on a lock with `permits = N`.
@@ -134,15 +134,6 @@ impl Node {
             .await?;
         Ok(freed == Value::Int(1))
     }
-}
-
-/// N, when a lock's key holds the mark of permits (`permits:<N>`, see `Keys::permit`): a
-/// number from 1 to the most allowed.
-pub(crate) fn permits_of(value: &str) -> Option<u32> {
-    let n: u32 = value.strip_prefix(PERMITS_MARK)?.parse().ok()?;
-    (1..=lock_rules::MAX_PERMITS)
-        .contains(&u64::from(n))
-        .then_some(n)
 }
 
 /// The keys of permits 0 to `permits - 1` of the lock `keys`.

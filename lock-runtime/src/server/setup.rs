@@ -7,7 +7,6 @@ use tokio::time::Instant;
 use super::Node;
 use crate::LockError;
 use crate::transport::connect::bounded;
-use crate::transport::link::Link;
 
 impl Node {
     /// Checks that this server answers, and is the kind of deployment it was configured as,
@@ -140,37 +139,16 @@ impl Node {
             command.arg(*arg);
         }
         let limit = self.settings.response_timeout;
-        match &self.link {
-            Link::Cluster(cluster) => {
-                let map = cluster.slot_map().await?;
-                let mut conn = cluster.conn().await?;
-                let mut out = Vec::new();
-                for (i, (host, port)) in map.primaries.iter().enumerate() {
-                    let slot = map.first_slot_of(i).unwrap_or(0);
-                    let reply = bounded(
-                        limit,
-                        conn.route_command(
-                            command.clone(),
-                            redis::cluster_routing::RoutingInfo::SingleNode(
-                                crate::transport::cluster::route_to_slot(slot),
-                            ),
-                        ),
-                    )
-                    .await?;
-                    out.push((format!("{host}:{port}"), reply));
-                }
-                Ok(out)
-            }
-            _ => {
-                let mut conn = self.conn().await?;
-                let reply: Value = self.bounded(limit, command.query_async(&mut conn)).await?;
-                let addr = match &self.link {
-                    Link::Sentinel(s) => s.primary_addr().unwrap_or_else(|| self.addr.clone()),
-                    _ => self.addr.clone(),
-                };
-                Ok(vec![(addr, reply)])
-            }
+        if let Some(cluster) = self.link.cluster() {
+            return cluster.each_primary(&command, limit).await;
         }
+        let mut conn = self.conn().await?;
+        let reply: Value = self.bounded(limit, command.query_async(&mut conn)).await?;
+        let addr = self
+            .link
+            .current_primary()
+            .unwrap_or_else(|| self.addr.clone());
+        Ok(vec![(addr, reply)])
     }
 }
 

@@ -2,7 +2,7 @@
 //! to write instead.
 
 use crate::LockError;
-use crate::transport::connect::redact;
+use crate::model::error::redact;
 
 /// The schemes redis-rs reads: TCP, TLS, and a Unix socket.
 const TCP: &[&str] = &["redis", "valkey"];

@@ -189,6 +189,25 @@ impl ClusterLink {
     pub(crate) fn slot_map_is_stale(&self) {
         *self.slots.lock().expect("slot map lock") = None;
     }
+
+    /// Sends `command` to every primary, each bounded by `limit`; returns each primary's
+    /// `host:port` and reply.
+    pub(crate) async fn each_primary(
+        &self,
+        command: &redis::Cmd,
+        limit: Duration,
+    ) -> RedisResult<Vec<(String, Value)>> {
+        let map = self.slot_map().await?;
+        let mut conn = self.conn().await?;
+        let mut out = Vec::with_capacity(map.primaries.len());
+        for (i, (host, port)) in map.primaries.iter().enumerate() {
+            let slot = map.first_slot_of(i).unwrap_or(0);
+            let route = RoutingInfo::SingleNode(route_to_slot(slot));
+            let reply = bounded(limit, conn.route_command(command.clone(), route)).await?;
+            out.push((format!("{host}:{port}"), reply));
+        }
+        Ok(out)
+    }
 }
 
 /// The cluster client of a locker's commands, or (with `push`) of its release notifications.

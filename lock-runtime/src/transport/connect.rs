@@ -111,16 +111,6 @@ pub(crate) fn open_client(
     Client::open(info)
 }
 
-/// The URL with any password replaced, for error messages.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// A recent round trip to one server, in µs: the largest sample, decaying by 1/8 per sample.
 #[derive(Debug, Default)]
 pub(crate) struct RoundTrip(std::sync::atomic::AtomicU64);

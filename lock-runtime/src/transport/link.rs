@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use std::sync::Arc;
 
 use crate::transport::cluster::ClusterLink;
 use crate::transport::sentinel::SentinelLink;
@@ -19,7 +20,7 @@ pub(crate) enum Link {
     /// A Redis Cluster: one lock lives in one slot, so the cluster is one logical server.
     Cluster(Box<ClusterLink>),
     /// The primary that a set of Sentinels names.
-    Sentinel(std::sync::Arc<SentinelLink>),
+    Sentinel(Arc<SentinelLink>),
 }
 
 /// A connection to send one request on (cheap to clone).
@@ -58,6 +59,21 @@ impl ConnectionLike for Conn {
 }
 
 impl Link {
+    /// One server at a fixed address, over `conn`.
+    pub(crate) fn new_direct(conn: ConnectionManager) -> Self {
+        Self::Direct(conn)
+    }
+
+    /// A Redis Cluster, reached through `cluster`.
+    pub(crate) fn new_cluster(cluster: ClusterLink) -> Self {
+        Self::Cluster(Box::new(cluster))
+    }
+
+    /// The primary that `sentinels` name (shared: its owner also hears of each switch).
+    pub(crate) fn new_sentinel(sentinels: Arc<SentinelLink>) -> Self {
+        Self::Sentinel(sentinels)
+    }
+
     /// A connection for the next request (the cluster connects, and Sentinel names its primary,
     /// on first use).
     pub(crate) async fn conn(&self) -> RedisResult<Conn> {
@@ -84,9 +100,20 @@ impl Link {
         }
     }
 
+    /// The cluster behind this link, if it is a Redis Cluster: its requests that span the
+    /// cluster (renewal rounds by primary, SCAN, set-up checks) go through it.
     pub(crate) fn cluster(&self) -> Option<&ClusterLink> {
         match self {
             Self::Cluster(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The address of the server that answers right now, where it moves (the primary Sentinel
+    /// names); `None` where the link's own address says it.
+    pub(crate) fn current_primary(&self) -> Option<String> {
+        match self {
+            Self::Sentinel(s) => s.primary_addr(),
             _ => None,
         }
     }

@@ -1,4 +1,6 @@
 //! The Redis Cluster hash slot of a key (a leaf: the cluster deployment groups renewals by it).
+//! The one copy: `lock-testing` uses it too (through `__slot`), and its tests compare it with
+//! the server's own `CLUSTER KEYSLOT`.
 
 /// Number of hash slots of a Redis Cluster.
 pub const SLOT_COUNT: u16 = 16384;
@@ -60,21 +62,5 @@ mod tests {
         assert_eq!(hash_tag(b"foo{bar}{zap}"), b"bar");
         assert_eq!(hash_tag(b"foo{bar"), b"foo{bar");
         assert_eq!(hash_tag(b"plain"), b"plain");
-    }
-
-    /// The engine's copy agrees with lock-testing's, which its tests check against the server's
-    /// `CLUSTER KEYSLOT`.
-    #[test]
-    fn key_slot_agrees_with_the_test_support() {
-        assert_eq!(key_slot(b"123456789"), 0x31c3 % SLOT_COUNT);
-        assert_eq!(key_slot(b"lock:{a}"), key_slot(b"lock:{a}:fence"));
-        let keys = ["", "{}", "}{", "foo{{bar}}zap", "lock:{invoice:42}:fence"]
-            .map(|k| k.as_bytes().to_vec())
-            .into_iter()
-            .chain((0..500u32).map(|i| format!("key:{i}:{}", i * 7919).into_bytes()));
-        for key in keys {
-            assert_eq!(key_slot(&key), lock_testing::key_slot(&key), "{key:?}");
-        }
-        assert_eq!(SLOT_COUNT, lock_testing::SLOT_COUNT);
     }
 }

@@ -8,15 +8,16 @@ mod env;
 pub use env::ENV_VARS;
 
 use crate::acquire::Acquirer;
+use crate::deployment::Settings;
 use crate::deployment::{Setup, cluster, redlock, sentinel, standalone};
+use crate::model::error::redact;
 use crate::model::keys::KeyFormat;
-use crate::transport::connect::{Settings, redact};
 use crate::{LockError, Locker};
 
 /// How long an unused fence counter is kept by default: 7 days.
 // Made from the release script's default, which a release then need not send.
 pub const DEFAULT_FENCE_RETENTION: Duration =
-    Duration::from_millis(crate::server::scripts::DEFAULT_RETENTION_MS);
+    Duration::from_millis(crate::deployment::DEFAULT_FENCE_RETENTION_MS);
 
 /// Builds a [`Locker`]: the Redis URL(s), the key prefix and the connection settings.
 /// Give it one deployment (`url`, `urls`, `cluster` or `sentinel`): a second one is a
