@@ -11,6 +11,7 @@ use crate::deployment::Node;
 use crate::model::hold::HoldKind;
 use crate::model::keys::Keys;
 use crate::model::waiter::Waiter;
+use crate::plumbing::unpoisoned::Unpoisoned;
 
 /// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
 /// its server's recent round trips to it and comes back at least three times per grace, so only
@@ -150,7 +151,7 @@ impl StaleHeads {
     /// may be evicted if it does not come back.
     pub(crate) fn seen(&self, key: &str, head: String, state: String) -> Duration {
         let now = Instant::now();
-        let mut seen = self.seen.lock().expect("stale heads lock");
+        let mut seen = self.seen.locked();
         if let Some(s) = seen.get(key)
             && s.head == head
             && s.state == state
@@ -185,7 +186,7 @@ impl StaleHeads {
         if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        let seen = self.seen.lock().expect("stale heads lock");
+        let seen = self.seen.locked();
         let s = seen.get(key)?;
         (Instant::now() >= s.since + s.grace).then(|| (s.head.clone(), s.state.clone()))
     }
@@ -194,7 +195,7 @@ impl StaleHeads {
         if !self.any.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let mut seen = self.seen.lock().expect("stale heads lock");
+        let mut seen = self.seen.locked();
         seen.remove(key);
         if seen.is_empty() {
             self.any.store(false, std::sync::atomic::Ordering::Relaxed);

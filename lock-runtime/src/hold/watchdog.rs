@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use crate::LostReason;
 use crate::deployment::{Deployment, Renewal};
+use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::state::lease_state::LeaseState;
 
 /// The renewal schedule of one locker.
@@ -138,7 +139,7 @@ impl Renewing {
             return;
         }
         let id = std::mem::take(&mut self.id);
-        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        let mut s = self.shared.schedule.locked();
         s.remove(id);
         if let Some(at) = s.runtimes.iter().position(|(h, _)| h.id() == self.runtime) {
             s.runtimes[at].1 -= 1;
@@ -219,12 +220,7 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
             {
                 Ok(runtime) => runtime.block_on(async {
                     let here = Some(Handle::current().id());
-                    inner
-                        .schedule
-                        .lock()
-                        .expect("watchdog lock")
-                        .task
-                        .start_in(here);
+                    inner.schedule.locked().task.start_in(here);
                     run(RunningGuard::new(inner)).await;
                 }),
                 Err(e) => not_renewed(&inner, &e),
@@ -238,12 +234,7 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
 /// The renewal thread could not start: the leases wait for the next registration to start a
 /// task again.
 fn not_renewed(shared: &Shared, e: &std::io::Error) {
-    shared
-        .schedule
-        .lock()
-        .expect("watchdog lock")
-        .task
-        .stopped();
+    shared.schedule.locked().task.stopped();
     tracing::error!(
         target: "lock_runtime::hold",
         error = %e,
@@ -264,9 +255,7 @@ impl Drop for Outstanding {
         if self.leases.is_empty() {
             return;
         }
-        let Ok(mut s) = self.shared.schedule.lock() else {
-            return;
-        };
+        let mut s = self.shared.schedule.locked();
         let now = Instant::now();
         for (id, lease) in self.leases.drain(..) {
             s.sooner(id, now, lease);
@@ -292,7 +281,7 @@ impl Watchdog {
     pub(crate) fn register(&self, lease: Arc<LeaseState>, when: Instant) -> Renewing {
         let here = Handle::current();
         let runtime = here.id();
-        let mut s = self.shared.schedule.lock().expect("watchdog lock");
+        let mut s = self.shared.schedule.locked();
         s.next_id += 1;
         let id = s.next_id;
         s.put(id, when, lease);
@@ -327,7 +316,7 @@ async fn run(mut guard: RunningGuard) {
         let rtt = shared.deployment.rtt();
         let now = Instant::now();
         let wake_at = {
-            let mut s = shared.schedule.lock().expect("watchdog lock");
+            let mut s = shared.schedule.locked();
             let (batch, next) = take_due(&mut s, now, rtt);
             if !batch.is_empty() {
                 s.task.busy();
@@ -408,7 +397,7 @@ async fn renew_chunk(mut outstanding: Outstanding) {
     // Decided: no longer the drop's to make due again.
     let chunk = std::mem::take(&mut outstanding.leases);
     let mut failed = Failed::default();
-    let mut s = shared.schedule.lock().expect("watchdog lock");
+    let mut s = shared.schedule.locked();
     let now = Instant::now();
     for (i, ((id, lease), verdict)) in chunk.into_iter().zip(renewals.verdicts).enumerate() {
         if lease.is_ended() {

@@ -15,6 +15,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::plumbing::unpoisoned::Unpoisoned;
 use tokio::runtime::Id;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -181,10 +182,8 @@ impl<S: ServedByTask> TaskClaim<S> {
 
 impl<S: ServedByTask> Drop for TaskClaim<S> {
     fn drop(&mut self) {
-        if self.armed
-            && let Ok(schedule) = self.shared.schedule().lock()
-        {
-            self.shared.task_dropped(schedule);
+        if self.armed {
+            self.shared.task_dropped(self.shared.schedule().locked());
         }
     }
 }

@@ -25,6 +25,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use crate::plumbing::unpoisoned::Unpoisoned;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
@@ -105,7 +106,7 @@ impl Deadlines {
     /// How many bounds wait in the schedule (for tests: none is left behind).
     #[cfg(test)]
     fn waiting(&self) -> usize {
-        let s = self.shared.state.lock().expect("deadlines lock");
+        let s = self.shared.state.locked();
         s.slots.iter().filter(|slot| slot.waker.is_some()).count()
     }
 }
@@ -115,7 +116,7 @@ impl Shared {
     /// request's (the request then keeps a timer of its own).
     fn insert(self: &Arc<Self>, deadline: Instant, waker: &Waker) -> Option<Entry> {
         let here = Handle::current();
-        let mut s = self.state.lock().expect("deadlines lock");
+        let mut s = self.state.locked();
         if s.task.is_running() && s.task.home() != Some(here.id()) {
             return None;
         }
@@ -159,7 +160,7 @@ impl Shared {
     /// A bound polled again with another waker: the task wakes that one. False when the bound
     /// is no longer in the schedule (the task that watched it ended with its runtime).
     fn rewake(&self, entry: &Entry, waker: &Waker) -> bool {
-        let mut s = self.state.lock().expect("deadlines lock");
+        let mut s = self.state.locked();
         let Some(known) = s
             .held(entry.index, entry.generation)
             .and_then(|slot| slot.waker.as_mut())
@@ -173,11 +174,7 @@ impl Shared {
     }
 
     fn remove(&self, entry: &Entry) {
-        let waker = self
-            .state
-            .lock()
-            .expect("deadlines lock")
-            .take(entry.index, entry.generation);
+        let waker = self.state.locked().take(entry.index, entry.generation);
         // Dropped outside the lock.
         drop(waker);
     }
@@ -286,7 +283,7 @@ async fn watch(mut running: Running) {
         let now = Instant::now();
         let mut fired = Vec::new();
         let look_at = {
-            let mut s = shared.state.lock().expect("deadlines lock");
+            let mut s = shared.state.locked();
             let mut soonest: Option<Instant> = None;
             for index in 0..s.slots.len() {
                 let slot = &s.slots[index];
@@ -359,7 +356,7 @@ mod tests {
         let first = shared.insert(at, Waker::noop()).unwrap();
         // As the task does when the bound passes.
         let fired = {
-            let mut s = shared.state.lock().unwrap();
+            let mut s = shared.state.locked();
             s.take(first.index, first.generation)
         };
         assert!(fired.is_some());

@@ -6,3 +6,4 @@ pub(crate) mod background;
 pub(crate) mod deadlines;
 pub(crate) mod fanout;
 pub(crate) mod telemetry;
+pub(crate) mod unpoisoned;

@@ -12,6 +12,7 @@ use redis::{Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisRe
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::transport::connect::{RoundTrip, Settings, bounded, manager_config};
 
 /// How long a channel stays subscribed after its last waiter left. A locker whose callers wait
@@ -254,7 +255,7 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let handle = {
-            let mut channels = self.owner.channels.lock().expect("channels lock");
+            let mut channels = self.owner.channels.locked();
             let Some(channel) = channels.get_mut(&self.channel) else {
                 return;
             };
@@ -291,11 +292,7 @@ impl Drop for Lingering {
     fn drop(&mut self) {
         if self.armed
             && let Some(me) = self.owner.upgrade()
-            && let Some(c) = me
-                .channels
-                .lock()
-                .expect("channels lock")
-                .get_mut(&self.channel)
+            && let Some(c) = me.channels.locked().get_mut(&self.channel)
         {
             c.lingering = false;
         }
@@ -336,7 +333,7 @@ impl Notifications {
         let id = self.next_listener.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = watch::channel(Wake::Everyone);
         let subscribed = {
-            let mut channels = self.channels.lock().expect("channels lock");
+            let mut channels = self.channels.locked();
             let entry = channels
                 .entry(channel.to_owned())
                 .or_insert_with(|| Channel {
@@ -382,7 +379,7 @@ impl Notifications {
         channels: impl FnOnce() -> [String; N],
     ) -> bool {
         let on_server = {
-            let subscribed = self.channels.lock().expect("channels lock");
+            let subscribed = self.channels.locked();
             !subscribed.is_empty()
                 && channels().iter().all(|channel| {
                     subscribed
@@ -390,13 +387,7 @@ impl Notifications {
                         .is_some_and(|c| c.server == OnServer::Yes)
                 })
         };
-        on_server
-            && self
-                .conn
-                .lock()
-                .expect("pubsub conn lock")
-                .as_ref()
-                .is_some_and(Live::runs)
+        on_server && self.conn.locked().as_ref().is_some_and(Live::runs)
     }
 
     /// Whether the subscribing connection's runtime still runs. When it does not, the
@@ -404,7 +395,7 @@ impl Notifications {
     /// channels still wanted) or forgotten.
     fn connection_runs(self: &Arc<Self>) -> bool {
         let dead = {
-            let mut conn = self.conn.lock().expect("pubsub conn lock");
+            let mut conn = self.conn.locked();
             match conn.as_ref() {
                 Some(live) if !live.runs() => conn.take(),
                 _ => None,
@@ -425,7 +416,7 @@ impl Notifications {
         keys: &crate::model::keys::Keys<impl AsRef<str>>,
         wake: Wake,
     ) {
-        let channels = self.channels.lock().expect("channels lock");
+        let channels = self.channels.locked();
         if channels.is_empty() {
             return;
         }
@@ -436,7 +427,7 @@ impl Notifications {
 
     /// Handles one push; returns a channel whose subscription the server dropped by itself.
     fn on_push(&self, push: &PushInfo) -> Option<String> {
-        let mut channels = self.channels.lock().expect("channels lock");
+        let mut channels = self.channels.locked();
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
                 if let Some(Value::BulkString(name)) = push.data.first()
@@ -489,7 +480,7 @@ impl Notifications {
                 let Some(me) = guard.owner.upgrade() else {
                     return;
                 };
-                let mut channels = me.channels.lock().expect("channels lock");
+                let mut channels = me.channels.locked();
                 let Some(c) = channels.get_mut(&guard.channel) else {
                     return;
                 };
@@ -530,7 +521,7 @@ impl Notifications {
         loop {
             let Some(me) = owner.upgrade() else { return };
             let order = {
-                let channels = me.channels.lock().expect("channels lock");
+                let channels = me.channels.locked();
                 match channels.get(&channel) {
                     Some(c) => Arc::clone(&c.order),
                     None => return,
@@ -538,7 +529,7 @@ impl Notifications {
             };
             let guard = Arc::clone(&order).lock_owned().await;
             let (wanted, server) = {
-                let channels = me.channels.lock().expect("channels lock");
+                let channels = me.channels.locked();
                 match channels.get(&channel) {
                     // The entry was removed and made again meanwhile: take its own lock.
                     Some(c) if !Arc::ptr_eq(&c.order, &order) => continue,
@@ -562,7 +553,7 @@ impl Notifications {
                     failed
                 }
                 (false, OnServer::No) => {
-                    let mut channels = me.channels.lock().expect("channels lock");
+                    let mut channels = me.channels.locked();
                     if channels
                         .get(&channel)
                         .is_some_and(|c| c.listeners.is_empty())
@@ -597,7 +588,7 @@ impl Notifications {
             Err(e) => Err(e),
         };
         let same_connection = self.epoch.load(Ordering::SeqCst) == epoch;
-        let mut channels = self.channels.lock().expect("channels lock");
+        let mut channels = self.channels.locked();
         if let Some(c) = channels.get_mut(channel) {
             // A failed SUBSCRIBE may still have been applied: undo it later too.
             c.server = if result.is_ok() && same_connection {
@@ -611,12 +602,7 @@ impl Notifications {
 
     /// UNSUBSCRIBE, and what the server now has.
     async fn send_unsubscribe(&self, channel: &str) -> RedisResult<()> {
-        let current = self
-            .conn
-            .lock()
-            .expect("pubsub conn lock")
-            .as_ref()
-            .map(|live| live.conn.clone());
+        let current = self.conn.locked().as_ref().map(|live| live.conn.clone());
         let done = match current {
             Some(mut conn) => {
                 bounded(self.settings.response_timeout, conn.unsubscribe(channel)).await
@@ -625,7 +611,7 @@ impl Notifications {
             None => Ok(()),
         };
         if done.is_ok() {
-            let mut channels = self.channels.lock().expect("channels lock");
+            let mut channels = self.channels.locked();
             if let Some(c) = channels.get_mut(channel) {
                 c.server = OnServer::No;
             }
@@ -648,7 +634,7 @@ impl Notifications {
             return;
         };
         let wanted: Vec<String> = {
-            let mut channels = me.channels.lock().expect("channels lock");
+            let mut channels = me.channels.locked();
             me.epoch.fetch_add(1, Ordering::SeqCst);
             for c in channels.values_mut() {
                 c.server = OnServer::No;
@@ -682,7 +668,7 @@ impl Notifications {
         if let Some(conn) = self.live_connection() {
             return Ok(conn);
         }
-        let source = Arc::clone(&self.source.lock().expect("pubsub source lock"));
+        let source = Arc::clone(&self.source.locked());
         let owner = Arc::downgrade(self);
         let on_push = move |push: PushInfo| {
             if let Some(me) = owner.upgrade() {
@@ -729,9 +715,9 @@ impl Notifications {
             }
         };
         // Only a connection made from the source still in place is kept.
-        let current = Arc::ptr_eq(&source, &self.source.lock().expect("pubsub source lock"));
+        let current = Arc::ptr_eq(&source, &self.source.locked());
         if current {
-            *self.conn.lock().expect("pubsub conn lock") = Some(Live::new(conn.clone()));
+            *self.conn.locked() = Some(Live::new(conn.clone()));
         }
         Ok(conn)
     }
@@ -739,8 +725,7 @@ impl Notifications {
     /// The subscribing connection, if there is one whose runtime still runs.
     fn live_connection(&self) -> Option<PubConn> {
         self.conn
-            .lock()
-            .expect("pubsub conn lock")
+            .locked()
             .as_ref()
             .filter(|live| live.runs())
             .map(|live| live.conn.clone())
@@ -750,11 +735,11 @@ impl Notifications {
     /// connection is dropped, every waiter is woken, and the channels still wanted are
     /// subscribed on the new one.
     pub(crate) fn repoint(self: &Arc<Self>, source: Source) {
-        *self.source.lock().expect("pubsub source lock") = Arc::new(source);
-        let old = self.conn.lock().expect("pubsub conn lock").take();
+        *self.source.locked() = Arc::new(source);
+        let old = self.conn.locked().take();
         drop(old);
         {
-            let channels = self.channels.lock().expect("channels lock");
+            let channels = self.channels.locked();
             for channel in channels.values() {
                 channel.wake(Wake::Everyone);
             }

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::model::hold::Held;
 use crate::model::keys::Keys;
 use crate::plumbing::telemetry::Label;
+use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::state::status::{Status, StatusCell};
 use crate::{LockError, LostReason};
 
@@ -195,7 +196,7 @@ impl LeaseState {
     /// Records a renewal that failed with `error`; true for the first one of this hold, which
     /// is logged.
     pub(crate) fn renewal_failed(&self, error: &redis::RedisError) -> bool {
-        let mut failing = self.failing.lock().expect("lease failure lock");
+        let mut failing = self.failing.locked();
         failing.error = Some(error.clone());
         !std::mem::replace(&mut failing.logged, true)
     }
@@ -203,7 +204,7 @@ impl LeaseState {
     /// Why a lease whose validity ran out is lost: [`LostReason::Unreachable`] when the renewals
     /// since the last confirmed one failed with server errors.
     pub(crate) fn expired_reason(&self) -> LostReason {
-        match self.failing.lock().expect("lease failure lock").error {
+        match self.failing.locked().error {
             Some(_) => LostReason::Unreachable,
             None => LostReason::ValidityExpired,
         }
@@ -239,12 +240,7 @@ impl LeaseState {
     /// The error of a loss for `reason`; an unreachable server's last error is its source.
     pub(crate) fn lost_error(&self, reason: LostReason) -> LockError {
         let source = match reason {
-            LostReason::Unreachable => self
-                .failing
-                .lock()
-                .expect("lease failure lock")
-                .error
-                .clone(),
+            LostReason::Unreachable => self.failing.locked().error.clone(),
             _ => None,
         };
         LockError::Lost {
@@ -262,13 +258,7 @@ impl LeaseState {
         let now = Instant::now();
         let mut lost_now = None;
         // The failures since the last confirmed renewal end here; they may be why it is late.
-        let expired = match self
-            .failing
-            .lock()
-            .expect("lease failure lock")
-            .error
-            .take()
-        {
+        let expired = match self.failing.locked().error.take() {
             Some(_) => LostReason::Unreachable,
             None => LostReason::ValidityExpired,
         };

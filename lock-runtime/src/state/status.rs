@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LostReason;
+use crate::plumbing::unpoisoned::Unpoisoned;
 
 /// The lease's current standing.
 #[derive(Debug, Clone, Copy)]
@@ -40,14 +41,14 @@ impl StatusCell {
 
     /// The standing now.
     pub(crate) fn get(&self) -> Status {
-        *self.status.lock().expect("lease status lock")
+        *self.status.locked()
     }
 
     /// Lets `modify` change the standing; when it says it did, wakes whoever waits for a change.
     /// Returns what `modify` said.
     pub(crate) fn send_if_modified(&self, modify: impl FnOnce(&mut Status) -> bool) -> bool {
         let modified = {
-            let mut status = self.status.lock().expect("lease status lock");
+            let mut status = self.status.locked();
             let modified = modify(&mut status);
             if modified {
                 // Inside the lock: a reader that saw the new standing also sees the new version.
@@ -79,7 +80,7 @@ pub(crate) struct StatusRx<'a> {
 impl StatusRx<'_> {
     /// The standing now, marked as seen.
     pub(crate) fn borrow_and_update(&mut self) -> Status {
-        let status = self.cell.status.lock().expect("lease status lock");
+        let status = self.cell.status.locked();
         self.seen = self.cell.version.load(Ordering::Acquire);
         *status
     }

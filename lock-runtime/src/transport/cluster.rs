@@ -14,6 +14,7 @@ use redis::{ErrorKind, RedisResult, Value};
 use tokio::sync::{OnceCell, watch};
 use tokio::time::Instant;
 
+use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::transport::connect::{Settings, bounded};
 
 /// A slot map older than this is fetched again before it groups a renewal round, even if no
@@ -121,7 +122,7 @@ impl ClusterLink {
             return Ok(conn.clone());
         }
         let mut done = {
-            let mut connecting = self.connecting.lock().expect("connecting lock");
+            let mut connecting = self.connecting.locked();
             match connecting.as_ref() {
                 // Under way: wait for it.
                 Some(rx) if rx.borrow().is_none() => rx.clone(),
@@ -157,7 +158,7 @@ impl ClusterLink {
     /// The current slot map: the one fetched last, unless a request found it wrong or it is
     /// older than a few seconds.
     pub(crate) async fn slot_map(&self) -> RedisResult<Arc<SlotMap>> {
-        if let Some(map) = self.slots.lock().expect("slot map lock").clone()
+        if let Some(map) = self.slots.locked().clone()
             && map
                 .fetched
                 .is_some_and(|at| at.elapsed() < SLOT_MAP_MAX_AGE)
@@ -181,13 +182,13 @@ impl ClusterLink {
         })?;
         map.fetched = Some(Instant::now());
         let map = Arc::new(map);
-        *self.slots.lock().expect("slot map lock") = Some(Arc::clone(&map));
+        *self.slots.locked() = Some(Arc::clone(&map));
         Ok(map)
     }
 
     /// A request found a key on another primary than the map said: fetch the map again.
     pub(crate) fn slot_map_is_stale(&self) {
-        *self.slots.lock().expect("slot map lock") = None;
+        *self.slots.locked() = None;
     }
 
     /// Sends `command` to every primary, each bounded by `limit`; returns each primary's

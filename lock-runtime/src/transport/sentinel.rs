@@ -13,6 +13,7 @@ use redis::{
 };
 use tokio::time::Instant;
 
+use crate::plumbing::unpoisoned::{Unpoisoned, UnpoisonedRw};
 use crate::transport::connect::{Settings, bounded, command_config};
 
 /// Asks the Sentinels at most this often while requests keep failing.
@@ -93,7 +94,7 @@ impl SentinelLink {
     /// The connection to the current primary, asking the Sentinels first if none is known yet
     /// (in a task of its own, so that a caller that gives up does not cut the answer short).
     pub(crate) async fn conn(self: &Arc<Self>) -> RedisResult<ConnectionManager> {
-        if let Some(p) = self.current.read().expect("primary lock").as_ref() {
+        if let Some(p) = self.current.read_now().as_ref() {
             return Ok(p.conn.clone());
         }
         let me = Arc::clone(self);
@@ -104,11 +105,7 @@ impl SentinelLink {
 
     /// The address of the current primary, if one is known.
     pub(crate) fn primary_addr(&self) -> Option<String> {
-        self.current
-            .read()
-            .expect("primary lock")
-            .as_ref()
-            .map(|p| p.addr.clone())
+        self.current.read_now().as_ref().map(|p| p.addr.clone())
     }
 
     /// A request failed: if the error may mean a failover, ask the Sentinels again in the
@@ -132,7 +129,7 @@ impl SentinelLink {
         };
         let me = Arc::clone(self);
         handle.spawn(async move {
-            let since = *me.last_resolution.lock().expect("resolution lock");
+            let since = *me.last_resolution.locked();
             if let Some(at) = since {
                 tokio::time::sleep_until(at + RESOLVE_EVERY).await;
             }
@@ -146,7 +143,7 @@ impl SentinelLink {
     /// Asks the Sentinels for the primary; switches to it if it changed.
     async fn resolve(self: &Arc<Self>) -> RedisResult<ConnectionManager> {
         let _one = self.resolving.lock().await;
-        *self.last_resolution.lock().expect("resolution lock") = Some(Instant::now());
+        *self.last_resolution.locked() = Some(Instant::now());
         let limit = self.settings.connect_timeout + self.settings.response_timeout * 2;
         let client = bounded(limit, async {
             let mut sentinel = self.sentinel.lock().await;
@@ -157,20 +154,16 @@ impl SentinelLink {
         .await?;
         let info = client.get_connection_info().clone();
         let addr = info.addr().to_string();
-        if let Some(p) = self.current.read().expect("primary lock").as_ref()
+        if let Some(p) = self.current.read_now().as_ref()
             && p.addr == addr
         {
             return Ok(p.conn.clone());
         }
         let conn = ConnectionManager::new_lazy_with_config(client, command_config(self.settings))?;
-        let previous = self
-            .current
-            .write()
-            .expect("primary lock")
-            .replace(Primary {
-                addr: addr.clone(),
-                conn: conn.clone(),
-            });
+        let previous = self.current.write_now().replace(Primary {
+            addr: addr.clone(),
+            conn: conn.clone(),
+        });
         match previous {
             Some(old) => tracing::info!(
                 target: "lock_runtime",
