@@ -28,6 +28,8 @@ use url::bad_url;
 
 mod acquire;
 mod calls;
+#[cfg(test)]
+mod lua_tests;
 mod permits;
 pub(crate) mod pubsub;
 mod reads;
