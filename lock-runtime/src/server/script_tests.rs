@@ -7,7 +7,7 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lock_testing::RedisServer;
+use lock_testing::{RedisCluster, RedisServer, key_slot};
 use redis::aio::MultiplexedConnection;
 use redis::{Arg, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
@@ -412,12 +412,18 @@ async fn run(rows: Vec<Row>) {
     let server = RedisServer::start();
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    run_on(&mut conn, rows).await;
+    run_on(&mut conn, rows, "PUBLISH").await;
 }
 
-/// Runs `rows` on the server of `conn`, each on an empty database.
-async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>) {
-    for row in rows {
+/// Runs `rows` on the server of `conn`, each on an empty database, with `publish` as the
+/// publish command of the rows that give one.
+async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>, publish: &'static str) {
+    for mut row in rows {
+        for arg in &mut row.args {
+            if *arg == "PUBLISH" {
+                *arg = publish;
+            }
+        }
         let _: () = redis::cmd("FLUSHALL").query_async(conn).await.unwrap();
         for (key, data, px) in &row.before {
             write(conn, key, data, *px).await;
@@ -444,6 +450,38 @@ async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>) {
             check_key(row.what, conn, key, data, *ttl).await;
         }
     }
+}
+
+/// Every row of every table again, on the primary of a real local Redis Cluster that serves
+/// the lock's slot, with sharded pub/sub (`SPUBLISH`) as on Cluster: every key of a row shares
+/// the lock's hash tag, so each script runs there as a Cluster client sends it. One Cluster for
+/// all the rows: it takes about 2 s to start.
+#[tokio::test]
+async fn every_row_on_a_cluster_primary() {
+    let tables: [fn() -> Vec<Row>; 9] = [
+        acquire_table_rows,
+        acquire_unqueued_table_rows,
+        renew_table_rows,
+        release_table_rows,
+        acquire_permit_table_rows,
+        forget_permit_table_rows,
+        acquire_shared_table_rows,
+        release_shared_table_rows,
+        fence_tables_rows,
+    ];
+    let rows: Vec<Row> = tables.into_iter().flat_map(|table| table()).collect();
+    let slot = key_slot(LOCK.as_bytes());
+    for row in &rows {
+        let keys = row.keys.iter().chain(row.before.iter().map(|b| &b.0));
+        for key in keys.chain(row.after.iter().map(|a| &a.0)) {
+            assert_eq!(key_slot(key.as_bytes()), slot, "{}: `{key}`", row.what);
+        }
+    }
+    let cluster = RedisCluster::start();
+    let primary = cluster.primary_for_key(LOCK);
+    let client = redis::Client::open(primary.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    run_on(&mut conn, rows, "SPUBLISH").await;
 }
 
 const LOCK: &str = "lock:{a}";
@@ -612,11 +650,16 @@ fn shared_held(members: Vec<(Score, &'static str)>) -> Before {
 
 #[tokio::test]
 async fn acquire_table() {
+    run(acquire_table_rows()).await;
+}
+
+/// The rows of `acquire_table`.
+fn acquire_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_table_rows_0());
     rows.extend(acquire_table_rows_1());
     rows.extend(acquire_table_rows_2());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_table`, part 1 of 3.
@@ -766,12 +809,17 @@ fn acquire_table_rows_2() -> Vec<Row> {
 
 #[tokio::test]
 async fn acquire_unqueued_table() {
+    run(acquire_unqueued_table_rows()).await;
+}
+
+/// The rows of `acquire_unqueued_table`.
+fn acquire_unqueued_table_rows() -> Vec<Row> {
     let row = |what| Row {
         script: &ACQUIRE_UNQUEUED,
         keys: vec![LOCK, FENCE_KEY],
         ..acquire(what)
     };
-    run(vec![
+    vec![
         Row {
             after: vec![
                 (LOCK, Str("t1;w=0"), Ttl::About(2000)),
@@ -801,17 +849,21 @@ async fn acquire_unqueued_table() {
             after: vec![(LOCK, Absent, Ttl::Any)],
             ..row("the counter is not a counter: the key just taken is deleted again")
         },
-    ])
-    .await;
+    ]
 }
 
 #[tokio::test]
 async fn renew_table() {
+    run(renew_table_rows()).await;
+}
+
+/// The rows of `renew_table`.
+fn renew_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(renew_table_rows_0());
     rows.extend(renew_table_rows_1());
     rows.extend(renew_table_rows_2());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `renew_table`, part 1 of 3.
@@ -925,12 +977,17 @@ fn renew_table_rows_2() -> Vec<Row> {
 
 #[tokio::test]
 async fn release_table() {
+    run(release_table_rows()).await;
+}
+
+/// The rows of `release_table`.
+fn release_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(release_table_rows_0());
     rows.extend(release_table_rows_1());
     rows.extend(release_table_rows_2());
     rows.extend(release_table_rows_3());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `release_table`, part 1 of 4.
@@ -1071,10 +1128,15 @@ fn release_table_rows_3() -> Vec<Row> {
 
 #[tokio::test]
 async fn acquire_permit_table() {
+    run(acquire_permit_table_rows()).await;
+}
+
+/// The rows of `acquire_permit_table`.
+fn acquire_permit_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_permit_table_rows_0());
     rows.extend(acquire_permit_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_permit_table`, part 1 of 2.
@@ -1164,6 +1226,11 @@ fn acquire_permit_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn forget_permit_table() {
+    run(forget_permit_table_rows()).await;
+}
+
+/// The rows of `forget_permit_table`.
+fn forget_permit_table_rows() -> Vec<Row> {
     let row = |what, before, reply, after| Row {
         what,
         script: &FORGET_PERMIT,
@@ -1173,7 +1240,7 @@ async fn forget_permit_table() {
         reply,
         after,
     };
-    run(vec![
+    vec![
         row(
             "the last permit forgotten: freed, and the mark with it",
             vec![
@@ -1209,16 +1276,20 @@ async fn forget_permit_table() {
                 (LOCK, Str("permits:2"), Ttl::Any),
             ],
         ),
-    ])
-    .await;
+    ]
 }
 
 #[tokio::test]
 async fn acquire_shared_table() {
+    run(acquire_shared_table_rows()).await;
+}
+
+/// The rows of `acquire_shared_table`.
+fn acquire_shared_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_shared_table_rows_0());
     rows.extend(acquire_shared_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_shared_table`, part 1 of 2.
@@ -1293,10 +1364,15 @@ fn acquire_shared_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn release_shared_table() {
+    run(release_shared_table_rows()).await;
+}
+
+/// The rows of `release_shared_table`.
+fn release_shared_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(release_shared_table_rows_0());
     rows.extend(release_shared_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `release_shared_table`, part 1 of 2.
@@ -1366,6 +1442,11 @@ fn release_shared_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn fence_tables() {
+    run(fence_tables_rows()).await;
+}
+
+/// The rows of `fence_tables`.
+fn fence_tables_rows() -> Vec<Row> {
     let fence = |what, before, reply, after| Row {
         what,
         script: &FENCE,
@@ -1384,7 +1465,7 @@ async fn fence_tables() {
         reply,
         after: vec![(FENCE_KEY, Str(after), Ttl::Any)],
     };
-    run(vec![
+    vec![
         fence(
             "ours: a fence from the clock, written",
             vec![(LOCK, Str("t;w=0"), Some(5000))],
@@ -1414,6 +1495,5 @@ async fn fence_tables() {
             Arr(vec![Int(-2), s("holds x, not an integer counter")]),
             "x",
         ),
-    ])
-    .await;
+    ]
 }
