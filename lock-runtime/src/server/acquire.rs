@@ -148,7 +148,7 @@ impl Node {
     /// (which also says whether the key was free, and fails on a key of another type); with
     /// `fenced`, the server's clock and the fence counter too. The fence is `max(counter + 1,
     /// clock in µs)`, as the acquire script computes it; the counter is written at release (see
-    /// [`scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
+    /// [`super::scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
     /// fence) the fence is 0, and without replicas to wait for the `SET` goes alone, as one
     /// command. Anything unusual (a key or counter of another type, a counter that is not a
     /// number) goes to the script (`Unclear`), which tells what it is.

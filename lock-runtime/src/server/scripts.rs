@@ -63,7 +63,7 @@ macro_rules! lua {
 /// second, so that the nodes of a majority agree (and no second round trip raises them), except in
 /// the second of a restart or save (`LASTSAVE`), where the exact clock is used.
 ///
-/// Parameters: [`calls::Acquire`]; reply: [`replies::Attempt`].
+/// Parameters: [`super::calls::Acquire`]; reply: [`super::replies::Attempt`].
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -77,11 +77,11 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// across several servers): `SET NX PX` first, and the fence (as `ACQUIRE` computes it) only
 /// once the key is taken. Replies as `ACQUIRE` does for a caller that does not wait: `{1, fence}`,
 /// `{0, pttl}`, `{-1, type}` (the key holds another type), `{-2, error}` (the counter is not a
-/// counter; the key just taken is deleted again), `{-3, value}` (permits hold the name). It skips `ACQUIRE`'s look at the queue, its
-/// `GET` of the key and its hand-over checks, which cost a Redlock node about an eighth of the
-/// script's time.
+/// counter; the key just taken is deleted again), `{-3, value}` (permits hold the name). It
+/// skips `ACQUIRE`'s look at the queue, its `GET` of the key and its hand-over checks, which
+/// cost a Redlock node about an eighth of the script's time.
 ///
-/// Parameters: [`calls::AcquireUnqueued`]; reply: [`replies::Attempt`].
+/// Parameters: [`super::calls::AcquireUnqueued`]; reply: [`super::replies::Attempt`].
 pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -90,11 +90,13 @@ pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// The renewal of many leases in one call: lock keys (a lease's token), or sets of shared
+/// holders (a holder's member), each for its own ttl.
 /// Returns one integer per key: 1 when renewed, 0 when the key no longer holds the token (as
 /// written, or with the waiters' mark set: see `ACQUIRE`), or the set no longer holds the
 /// member (see `lua/lib/renew_one.lua`).
 ///
-/// Parameters: [`calls::Renew`]; reply: [`replies::Renewals`].
+/// Parameters: [`super::calls::Renew`]; reply: one [`super::replies::Renewal`] per lease.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(RENEW_CODE));
 
 /// The text of [`RENEW`], for a `SCRIPT LOAD` sent ahead of the first renewal.
@@ -139,7 +141,7 @@ pub(crate) const RENEW_CODE: &str = concat!(lib!("marks"), lib!("renew_one"), lu
 ///   is not a number is not touched (the DEL path: the waiter's attempt reports it). With nobody
 ///   queued nobody listens (a waiter queues before it waits), so nothing is published.
 ///
-/// Parameters: [`calls::Release`]; reply: [`replies::Released`].
+/// Parameters: [`super::calls::Release`]; reply: [`super::replies::Released`].
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -171,7 +173,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// key}` when the queue or its states do); `{-2, why}` when the fence counter cannot give a fence
 /// (see `lua/lib/counter.lua`; nothing is taken).
 ///
-/// Parameters: [`calls::AcquirePermit`]; reply: [`replies::Attempt`].
+/// Parameters: [`super::calls::AcquirePermit`]; reply: [`super::replies::Attempt`].
 pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -181,15 +183,14 @@ pub(crate) static ACQUIRE_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// KEYS: 1 the lock's key, then the keys of permits 0 to N - 1. ARGV: 1 the token of an
-/// attempt whose outcome is not known (its caller was dropped mid-request), 2 the lock's release
-/// channel, 3 `PUBLISH` or `SPUBLISH`. Deletes the permit that holds the token (as written, or
-/// with the waiters' mark set), if any, and then tells the waiters; the last permit out also
-/// frees the lock's key of its mark (see `ACQUIRE_PERMIT`).
+/// For the token of an attempt on a lock with permits whose outcome is not known (its caller was
+/// dropped mid-request): deletes the permit that holds the token (as written, or with the
+/// waiters' mark set), if any, and then tells the waiters; the last permit out also frees the
+/// lock's key of its mark (see `ACQUIRE_PERMIT`).
 /// Returns 1 when a permit held it, else 0. An operator's forced release of a permit's value is
 /// the same.
 ///
-/// Parameters: [`calls::ForgetPermit`]; reply: [`replies::Forgot`].
+/// Parameters: [`super::calls::ForgetPermit`]; reply: [`super::replies::Forgot`].
 pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -217,7 +218,7 @@ pub(crate) static FORGET_PERMIT: LazyLock<Script> = LazyLock::new(|| {
 /// its place in the holders' set); otherwise as `ACQUIRE`: `{0, pttl}`, `{2, head, state}`,
 /// `{-1, type}` (`{-1, type, key}` for a derived key), `{-2, why}`, `{-3, value}`.
 ///
-/// Parameters: [`calls::AcquireShared`]; reply: [`replies::Attempt`].
+/// Parameters: [`super::calls::AcquireShared`]; reply: [`super::replies::Attempt`].
 pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -234,7 +235,7 @@ pub(crate) static ACQUIRE_SHARED: LazyLock<Script> = LazyLock::new(|| {
 /// the waiters are told, so that they retry by the new expiry. Returns as `RELEASE`: 1, the
 /// grant, or 0 when the key or the set no longer holds this holder (then nothing is touched).
 ///
-/// Parameters: [`calls::ReleaseShared`]; reply: [`replies::Released`].
+/// Parameters: [`super::calls::ReleaseShared`]; reply: [`super::replies::Released`].
 pub(crate) static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         lib!("marks"),
@@ -244,14 +245,14 @@ pub(crate) static RELEASE_SHARED: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// The renewal of many leases on one Redis Cluster primary, whatever their slots: no KEYS (keys of
-/// several slots cannot be declared in one call); ARGV: key, token and ttl ms for each lease, in
-/// order. `allow-cross-slot-keys` lets the script touch keys of the slots this primary serves.
+/// The renewal of many leases on one Redis Cluster primary, whatever their slots: their keys go
+/// among the arguments (keys of several slots cannot be declared in one call).
+/// `allow-cross-slot-keys` lets the script touch keys of the slots this primary serves.
 /// Returns one integer per lease: 1 renewed, 0 no longer ours, 2 not served here (its slot moved
 /// to another primary, or is moving): the caller sends that one again, routed by its key.
 /// Needs Redis 7.0 (script flags), as sharded pub/sub does.
 ///
-/// Parameters: [`calls::RenewAnySlot`]; reply: [`replies::Renewals`].
+/// Parameters: [`super::calls::RenewAnySlot`]; reply: one [`super::replies::Renewal`] per lease.
 pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         "#!lua flags=allow-cross-slot-keys\n",
@@ -267,14 +268,15 @@ pub(crate) static RENEW_ANY_SLOT: LazyLock<Script> = LazyLock::new(|| {
 /// `{0}` when the key is not ours (nothing touched); `{-2, value}` when the counter is not a
 /// number.
 ///
-/// Parameters: [`calls::Fence`]; reply: [`replies::FenceReply`].
+/// Parameters: [`super::calls::Fence`]; reply: [`super::FenceReply`].
 pub(crate) static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(lib!("marks"), lib!("counter"), lua!("fence"))));
 
-/// if it is lower (Redlock). Returns 1; `{-2, why}` when the key is not a counter it can raise
-/// (then it is left as it is).
+/// Raises the fence counter to a fence (one a Redlock majority agreed on, written to the nodes
+/// that were behind) if it is lower. Returns 1; `{-2, why}` when the key is not a counter it
+/// can raise (then it is left as it is).
 ///
-/// Parameters: [`calls::RaiseFence`]; reply: [`replies::Raised`].
+/// Parameters: [`super::calls::RaiseFence`]; reply: [`super::replies::Raised`].
 pub(crate) static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(concat!(lib!("counter"), lua!("raise_fence"))));
 
