@@ -48,13 +48,17 @@ impl AcquireRequest<'_> {
     }
 
     /// A waiter's id, grace, the stale head to evict and the state it was seen with (empty, and
-    /// a grace of 0, for a caller that does not wait).
+    /// a grace of 0, for a caller that does not wait: only a waiter evicts).
     fn write_waiter(&self, cmd: &mut Cmd) {
-        let (id, grace) = self
-            .waiter
-            .map_or(("", 0), |w| (w.id.as_str(), w.grace.as_millis() as u64));
+        let Some(waiter) = self.waiter else {
+            cmd.arg("").arg(0).arg("").arg("");
+            return;
+        };
         let (evict, seen) = self.evict.unwrap_or(("", ""));
-        cmd.arg(id).arg(grace).arg(evict).arg(seen);
+        cmd.arg(&waiter.id)
+            .arg(waiter.grace.as_millis() as u64)
+            .arg(evict)
+            .arg(seen);
     }
 
     /// The token of this waiter's previous attempt (empty: none).
@@ -65,7 +69,9 @@ impl AcquireRequest<'_> {
 
 /// `ACQUIRE`: one attempt on a lock's key, by a waiter or on a Redlock node.
 pub(crate) struct Acquire<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
+    /// The attempt.
     pub req: &'a AcquireRequest<'a>,
 }
 
@@ -97,7 +103,9 @@ impl Call for Acquire<'_> {
 
 /// `ACQUIRE_UNQUEUED`: one attempt on a server that keeps no waiter queue (a Redlock node).
 pub(crate) struct AcquireUnqueued<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
+    /// The attempt.
     pub req: &'a AcquireRequest<'a>,
 }
 
@@ -120,7 +128,9 @@ impl Call for AcquireUnqueued<'_> {
 
 /// `ACQUIRE_SHARED`: one attempt at a shared hold.
 pub(crate) struct AcquireShared<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
+    /// The attempt.
     pub req: &'a AcquireRequest<'a>,
     /// `PUBLISH`, or `SPUBLISH` on Redis Cluster.
     pub publish: &'a str,
@@ -156,9 +166,11 @@ impl Call for AcquireShared<'_> {
 
 /// `ACQUIRE_PERMIT`: one attempt on a lock with `permits = N`.
 pub(crate) struct AcquirePermit<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
     /// The keys of permits 0 to N - 1.
     pub permits: &'a [Keys],
+    /// The attempt.
     pub req: &'a AcquireRequest<'a>,
 }
 
@@ -197,6 +209,7 @@ impl Call for AcquirePermit<'_> {
 
 /// `FORGET_PERMIT`: frees the permit an attempt of unknown outcome may hold.
 pub(crate) struct ForgetPermit<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
     /// The keys of permits 0 to N - 1.
     pub permits: &'a [Keys],
@@ -236,9 +249,11 @@ impl Call for ForgetPermit<'_> {
 
 /// `RELEASE`: the release of a lock's key (or of a permit's key).
 pub(crate) struct Release<'a, K: AsRef<str>> {
+    /// The names of the lease's key.
     pub keys: &'a Keys<K>,
     /// The lease's token.
     pub token: &'a str,
+    /// How it goes: kept, published, the fence to record.
     pub how: &'a How,
     /// `PUBLISH`, or `SPUBLISH` on Redis Cluster.
     pub publish: &'a str,
@@ -293,11 +308,13 @@ impl<K: AsRef<str>> Call for Release<'_, K> {
 
 /// `RELEASE_SHARED`: one shared holder leaves.
 pub(crate) struct ReleaseShared<'a, K: AsRef<str>> {
+    /// The lock's names.
     pub keys: &'a Keys<K>,
     /// The lock key's value the holder renews (empty: whatever shared value it holds).
     pub value: &'a str,
     /// The holder's member in the holders' set, or only its token when that is not known.
     pub place: &'a str,
+    /// How it goes: kept for `min_hold`, the counter's retention.
     pub how: &'a How,
     /// `PUBLISH`, or `SPUBLISH` on Redis Cluster.
     pub publish: &'a str,
@@ -350,6 +367,7 @@ fn write_renew_marks(cmd: &mut Cmd) {
 
 /// `RENEW`: many leases, `(key, token, ttl_ms)` each, their keys declared.
 pub(crate) struct Renew<'a> {
+    /// The leases.
     pub items: &'a [(&'a str, &'a str, u64)],
 }
 
@@ -377,6 +395,7 @@ impl Call for Renew<'_> {
 
 /// `RENEW_ANY_SLOT`: many leases on one Redis Cluster primary, their keys in the arguments.
 pub(crate) struct RenewAnySlot<'a> {
+    /// The leases.
     pub items: &'a [(&'a str, &'a str, u64)],
 }
 
@@ -401,7 +420,9 @@ impl Call for RenewAnySlot<'_> {
 
 /// `FENCE`: the fence of a lease taken without one.
 pub(crate) struct Fence<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
+    /// The lease's token.
     pub token: &'a str,
     /// The counter's retention; 0: forever.
     pub retention_ms: u64,
@@ -429,7 +450,9 @@ impl Call for Fence<'_> {
 
 /// `RAISE_FENCE`: raises the counter to a fence (Redlock).
 pub(crate) struct RaiseFence<'a> {
+    /// The lock's names.
     pub keys: &'a Keys,
+    /// The fence to raise the counter to.
     pub fence: u64,
     /// The counter's retention; 0: forever.
     pub retention_ms: u64,

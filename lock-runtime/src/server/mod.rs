@@ -13,7 +13,7 @@ use redis::{
 };
 
 use crate::LockError;
-use crate::model::keys::Keys;
+use crate::model::keys::{HANDED_MARK, Keys};
 use crate::plumbing::deadlines::{Bound, Deadlines};
 use crate::transport::cluster::ClusterLink;
 use crate::transport::connect::{
@@ -420,7 +420,7 @@ impl Node {
                 return Ok(());
             }
         }
-        let handed = format!("~{waiter}");
+        let handed = format!("{HANDED_MARK}{waiter}");
         self.release(keys, &handed, &self.undo()).await.map(|_| ())
     }
 

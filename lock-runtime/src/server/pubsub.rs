@@ -12,6 +12,7 @@ use redis::{Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisRe
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::model::keys::HANDED_MARK;
 use crate::transport::connect::{RoundTrip, Settings, bounded, manager_config};
 
 /// How long a channel stays subscribed after its last waiter left. A locker whose callers wait
@@ -151,7 +152,10 @@ pub(crate) struct Grant {
 impl Wake {
     /// What a release message's payload says.
     pub(crate) fn of(payload: &[u8]) -> Self {
-        let Some(Ok(handed)) = payload.strip_prefix(b"~").map(std::str::from_utf8) else {
+        let Some(Ok(handed)) = payload
+            .strip_prefix(HANDED_MARK.as_bytes())
+            .map(std::str::from_utf8)
+        else {
             return Self::Everyone;
         };
         let mut parts = handed.split(' ');
