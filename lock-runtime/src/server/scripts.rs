@@ -117,7 +117,10 @@ pub(crate) const RENEW_CODE: &str = concat!(lib!("marks"), lib!("renew_one"), lu
 ///   `ACQUIRE`), with nothing to keep, publish or look at: the counter gets the fence when there
 ///   is one to record, then `DEL`, and nothing else, not even a look at the queue (the same for
 ///   a fenced lease as for one without). A caller that may have taken the key from under queued
-///   waiters (an undo) asks for the look at the queue.
+///   waiters (an undo) asks for the look at the queue. For a lock's key this path is
+///   `release_short.lua`, which runs before the shared functions are made (making them would
+///   cost the common release about as much as its own work; server time per call, measured
+///   with `INFO commandstats`, went from about 12.8 µs to 8.6 µs).
 /// - The fence counter gets the lease's fence here, for a lease taken by the plain-command path
 ///   (which does not write it): only while the key is still ours, so a lost lease never moves
 ///   the counter back.
@@ -144,6 +147,9 @@ pub(crate) const RENEW_CODE: &str = concat!(lib!("marks"), lib!("renew_one"), lu
 /// Parameters: [`super::calls::Release`]; reply: [`super::replies::Released`].
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
+        // The common release returns before the shared functions are made: making them costs
+        // it about as much as its own work.
+        lua!("release_short"),
         lib!("marks"),
         lib!("counter"),
         lib!("permits"),
