@@ -44,6 +44,28 @@ pub(crate) const SHARED_MARK: &str = "shared:";
 /// What a permit's key adds to its lock's derived names, before the permit's number.
 const PERMIT: &str = ":permit:";
 
+/// What a lock's key holds while it is handed to a waiter by id, before the waiter's id (see
+/// `scripts::RELEASE`); also the start of a grant message.
+pub(crate) const HANDED_MARK: &str = "~";
+
+/// What a key kept for `min_hold` holds after its released holder's value: no lease's token, so
+/// that a late renewal cannot stretch it.
+pub(crate) const KEPT_MARK: &str = ":released";
+
+/// What a waiter id has before its locker's grant channel id (see [`Keys::grant_channels`]).
+pub(crate) const GRANTS_MARK: &str = ";grants=";
+
+/// The last field of a value that no waiter queues behind (see `holder.rs`).
+pub(crate) use crate::model::holder::UNMARKED;
+
+/// [`UNMARKED`] once a waiter queues behind the value's holder (written in place, as long).
+pub(crate) const MARKED: &str = ";w=1";
+
+/// What a lock's key holds while permits of `permits = n` hold it.
+pub(crate) fn permits_mark(n: u32) -> String {
+    format!("{PERMITS_MARK}{n}")
+}
+
 /// A name derived from a lock key: the key (braced for a plain key) and a suffix.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Derived<'a> {
@@ -92,6 +114,11 @@ impl<K: AsRef<str>> Keys<K> {
         }
     }
 
+    /// N, for the key of one permit of a lock with `permits = N`; 0 for a lock's key.
+    pub(crate) fn permits(&self) -> u32 {
+        self.permits
+    }
+
     /// The lock's own key: [`key`](Self::key), or, for a permit, the key of the lock it is a
     /// permit of (which holds [`PERMITS_MARK`] while permits are held).
     pub(crate) fn lock_key(&self) -> &str {
@@ -117,12 +144,6 @@ impl<K: AsRef<str>> Keys<K> {
             braced: self.braced,
             suffix,
         }
-    }
-
-    /// Whether the derived names are named after the key as Redis scripts name them by default
-    /// (`<key>:fence`, `<key>:waiters`): then a script needs only the key.
-    pub(crate) fn derived_by_suffix(&self) -> bool {
-        !self.braced && self.base == (0, self.key.as_ref().len())
     }
 
     /// The key of permit `index` of a lock with `permits = N`: a lock key of its own (held,
@@ -155,6 +176,21 @@ impl<K: AsRef<str>> Keys<K> {
     /// The channel a release is published on.
     pub(crate) fn channel(&self) -> Derived<'_> {
         self.derived(":released")
+    }
+
+    /// The start of the grant channels, before a locker's grant channel id: a release that
+    /// grants the lock to a waiter of that locker publishes there (see [`GRANTS_MARK`]).
+    pub(crate) fn grant_channels(&self) -> Derived<'_> {
+        self.derived(":released:")
+    }
+
+    /// The index of a permit's key, as its key spells it (see [`Keys::permit`]); empty for a
+    /// lock's key.
+    pub(crate) fn permit_index(&self) -> &str {
+        match self.permits {
+            0 => "",
+            _ => self.key.as_ref().rsplit_once(PERMIT).map_or("", |(_, i)| i),
+        }
     }
 
     /// Waiters in arrival order (a sorted set scored by arrival number).
@@ -379,7 +415,12 @@ mod tests {
             assert_eq!(one.fence().to_string(), lock.fence().to_string());
             assert_eq!(one.channel().to_string(), lock.channel().to_string());
             assert_eq!(one.queue().to_string(), lock.queue().to_string());
-            assert!(!one.derived_by_suffix());
+            assert_eq!(one.permit_index(), "2");
+            assert_eq!(lock.permit_index(), "");
+            assert_eq!(
+                one.grant_channels().to_string(),
+                format!("{}:", lock.channel())
+            );
             assert_ne!(lock.permit(1, 3).key, one.key);
             assert_eq!(one.lock_key(), key);
             let siblings: Vec<String> = one.sibling_permits().into_iter().map(|k| k.key).collect();

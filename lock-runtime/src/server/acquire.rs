@@ -6,9 +6,11 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
+use super::calls::{self, Call};
+use super::replies::Attempt;
 use super::{Node, Waiter};
 use crate::model::keys::{Keys, PERMITS_MARK};
-use crate::server::scripts::{self, MAX_FENCE, evalsha};
+use crate::server::scripts::MAX_FENCE;
 
 /// What one acquire attempt sends besides the keys.
 pub(crate) struct AcquireRequest<'a> {
@@ -82,65 +84,23 @@ pub(crate) enum AcquireReply {
     },
 }
 
-impl AcquireRequest<'_> {
-    /// The first four arguments of the acquire scripts: token, ttl, fence quantum and retention.
-    pub(super) fn push_args(&self, cmd: &mut redis::Cmd) {
-        cmd.arg(self.token)
-            .arg(self.ttl_ms)
-            .arg(self.fence_quantum)
-            .arg(self.fence_retention_ms);
-    }
-
-    /// A waiter's arguments, when it waits: its id, grace, the stale head to evict and its state,
-    /// and (`previous`) the token of its previous attempt.
-    pub(super) fn push_waiter(&self, cmd: &mut redis::Cmd, previous: bool) {
-        let Some(waiter) = self.waiter else { return };
-        let (evict, seen) = self.evict.unwrap_or(("", ""));
-        cmd.arg(&waiter.id)
-            .arg(waiter.grace.as_millis() as u64)
-            .arg(evict)
-            .arg(seen);
-        if previous {
-            cmd.arg(&waiter.previous);
-        }
-    }
-}
-
 impl AcquireReply {
-    /// The reply of an acquire script (`ACQUIRE` and the scripts that reply as it does), its
-    /// replicas' acknowledgements aside.
-    pub(super) fn read(keys: &Keys, reply: &[Value]) -> Self {
-        let int = |v: &Value| match v {
-            Value::Int(n) => Some(*n),
-            _ => None,
-        };
-        let text = |v: Option<&Value>| v.map(value_text).unwrap_or_default();
-        match reply.first().and_then(int) {
-            Some(1) => AcquireReply::Taken {
-                fence: reply.get(1).and_then(int).unwrap_or(0) as u64,
+    /// What an acquire script's reply says, its replicas' acknowledgements aside.
+    pub(super) fn of(keys: &Keys, attempt: Attempt) -> Self {
+        match attempt {
+            Attempt::Taken { fence, .. } => AcquireReply::Taken { fence },
+            Attempt::Busy { pttl } => AcquireReply::Busy { pttl },
+            Attempt::NotOurTurn { head, state } => AcquireReply::NotOurTurn { head, state },
+            // The lock's key, or (named) a derived key that holds another type.
+            Attempt::WrongType { found, key } => AcquireReply::Foreign {
+                key: key.unwrap_or_else(|| keys.key.clone()),
+                detail: format!("holds a {found} value, not a lock"),
             },
-            Some(0) => {
-                let pttl = reply.get(1).and_then(int).unwrap_or(-1);
-                AcquireReply::Busy {
-                    pttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-                }
-            }
-            Some(2) => AcquireReply::NotOurTurn {
-                head: text(reply.get(1)),
-                state: text(reply.get(2)),
-            },
-            // The lock's key, or (named third) a derived key that holds another type.
-            Some(-1) => AcquireReply::Foreign {
-                key: reply.get(2).map_or_else(|| keys.key.clone(), value_text),
-                detail: format!("holds a {} value, not a lock", text(reply.get(1))),
-            },
-            Some(-3) => AcquireReply::OtherMode {
-                held: text(reply.get(1)),
-            },
-            _ => AcquireReply::Foreign {
+            Attempt::Unusable { why } => AcquireReply::Foreign {
                 key: keys.fence().to_string(),
-                detail: text(reply.get(1)),
+                detail: why,
             },
+            Attempt::OtherMode { held } => AcquireReply::OtherMode { held },
         }
     }
 }
@@ -151,35 +111,29 @@ impl Node {
         keys: &Keys,
         req: &AcquireRequest<'_>,
     ) -> RedisResult<AcquireReply> {
-        let key = &keys.key;
         let unqueued = !req.queue && req.waiter.is_none();
-        let (script, numkeys) = if unqueued {
-            (&scripts::ACQUIRE_UNQUEUED, 2)
-        } else {
-            (&scripts::ACQUIRE, 4)
-        };
-        let mut cmd = evalsha(script, numkeys, 13, 4 * key.len() + 220);
-        cmd.arg(key).arg(keys.fence());
-        if !unqueued {
-            cmd.arg(keys.queue()).arg(keys.queue_states());
-        }
         // The token is fresh for every attempt: it is also the attempt's nonce in the queue.
-        req.push_args(&mut cmd);
-        req.push_waiter(&mut cmd, true);
+        let (script, cmd) = if unqueued {
+            let call = calls::AcquireUnqueued { keys, req };
+            (call.script(), call.command())
+        } else {
+            let call = calls::Acquire { keys, req };
+            (call.script(), call.command())
+        };
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
-        let (reply, acked): (Vec<Value>, _) =
+        let (reply, acked): (Attempt, _) =
             self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
         self.rtt.record(sent.elapsed());
-        let replicated = match (reply.first(), acked) {
-            (Some(Value::Int(1)), Some(acked)) if acked < self.replicas => Some(acked),
+        let replicated = match (&reply, acked) {
+            (Attempt::Taken { .. }, Some(acked)) if acked < self.replicas => Some(acked),
             _ => None,
         };
         if let Some(acked) = replicated {
             Box::pin(self.undo_unreplicated(keys, req.token)).await;
             return Ok(AcquireReply::NotReplicated { acked });
         }
-        Ok(AcquireReply::read(keys, &reply))
+        Ok(AcquireReply::of(keys, reply))
     }
 
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
@@ -194,7 +148,7 @@ impl Node {
     /// (which also says whether the key was free, and fails on a key of another type); with
     /// `fenced`, the server's clock and the fence counter too. The fence is `max(counter + 1,
     /// clock in µs)`, as the acquire script computes it; the counter is written at release (see
-    /// [`scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
+    /// [`super::scripts::RELEASE`]), while the key is still ours. Without `fenced` (nobody can read the
     /// fence) the fence is 0, and without replicas to wait for the `SET` goes alone, as one
     /// command. Anything unusual (a key or counter of another type, a counter that is not a
     /// number) goes to the script (`Unclear`), which tells what it is.
@@ -353,14 +307,5 @@ impl FastReplies {
             fence,
             acked,
         })
-    }
-}
-
-pub(super) fn value_text(value: &Value) -> String {
-    match value {
-        Value::SimpleString(s) => s.clone(),
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::ServerError(e) => format!("{e:?}"),
-        other => format!("{other:?}"),
     }
 }

@@ -11,12 +11,12 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::{
     Cmd, ErrorKind, FromRedisValue, IntoConnectionInfo, RedisError, RedisResult, Script,
-    ServerErrorKind, Value,
+    ServerErrorKind,
 };
 
 use crate::LockError;
 use crate::model::error::redact;
-use crate::model::keys::Keys;
+use crate::model::keys::{HANDED_MARK, Keys};
 use crate::model::waiter::Waiter;
 use crate::plumbing::deadlines::{Bound, Deadlines};
 use crate::transport::cluster::ClusterLink;
@@ -25,16 +25,20 @@ use crate::transport::connect::{
 };
 use crate::transport::link::{Conn, FailoverWatch, Link};
 use crate::transport::sentinel::SentinelLink;
-use acquire::value_text;
+use calls::Call;
 use pubsub::{Notifications, Source, Subscription, Wake};
-use scripts::evalsha;
+use replies::{Raised, Released};
 use url::bad_url;
 
 mod acquire;
+mod calls;
+#[cfg(test)]
+mod lua_tests;
 mod permits;
 pub(crate) mod pubsub;
 mod reads;
 mod renew;
+mod replies;
 #[cfg(test)]
 mod script_tests;
 pub(crate) mod scripts;
@@ -45,6 +49,7 @@ mod url;
 pub(crate) use acquire::{AcquireReply, AcquireRequest, FastReply};
 pub(crate) use permits::PermitReply;
 pub(crate) use renew::{RENEW_CHUNK, RenewReplies, RenewReply};
+pub(crate) use shared::SharedPlace;
 
 /// The reply of [`Node::fence_held`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,7 +412,7 @@ impl Node {
                 return Ok(());
             }
         }
-        let handed = format!("~{waiter}");
+        let handed = format!("{HANDED_MARK}{waiter}");
         self.release(keys, &handed, &self.undo()).await.map(|_| ())
     }
 
@@ -425,84 +430,26 @@ impl Node {
         token: &str,
         how: &Release,
     ) -> RedisResult<bool> {
-        let key = keys.key.as_ref();
-        let cluster = self.is_cluster();
-        let publish = self.publish_command();
-        // Arguments in order, each left out when it and all after it have the script's default.
-        let args = if how.always_publish {
-            6
-        } else if how.keep_ms > 0 || how.look_at_queue {
-            5
-        } else if cluster {
-            4
-        } else if how.record_fence > 0 {
-            3
-        } else if how.fence_retention_ms != scripts::DEFAULT_RETENTION_MS {
-            2
-        } else {
-            1
+        let call = calls::Release {
+            keys,
+            token,
+            how,
+            publish: self.publish_command(),
         };
-        // On Cluster the queue and the counter are declared too (see the script), and so are
-        // derived names the script cannot make from the key.
-        let declared = if cluster || !keys.derived_by_suffix() {
-            3
-        } else {
-            1
-        };
-        // A permit's key: then its lock's key and every permit of the lock, so that the last
-        // permit out frees the lock's key of its mark.
-        let siblings = keys.sibling_permits();
-        let numkeys = declared + siblings.len() + usize::from(!siblings.is_empty());
-        let mut cmd = evalsha(
-            &scripts::RELEASE,
-            numkeys,
-            numkeys + args,
-            numkeys * (key.len() + 16) + token.len() + 80,
-        );
-        cmd.arg(key);
-        if declared == 3 {
-            cmd.arg(keys.queue()).arg(keys.fence());
-        }
-        if !siblings.is_empty() {
-            cmd.arg(keys.lock_key());
-            for permit in &siblings {
-                cmd.arg(&permit.key);
-            }
-        }
-        cmd.arg(token);
-        if args >= 2 {
-            cmd.arg(how.fence_retention_ms);
-        }
-        if args >= 3 {
-            cmd.arg(how.record_fence);
-        }
-        if args >= 4 {
-            cmd.arg(publish);
-        }
-        if args >= 5 {
-            cmd.arg(how.keep_ms);
-        }
-        if args >= 6 {
-            cmd.arg("1");
-        }
-        let (done, _): (Value, _) = self
-            .eval(
-                &scripts::RELEASE,
-                &cmd,
-                None,
-                self.settings.response_timeout,
-            )
+        let limit = self.settings.response_timeout;
+        let (done, _) = self
+            .eval(call.script(), &call.command(), None, limit)
             .await?;
-        Ok(self.released(keys, &done, how))
+        Ok(self.released(keys, done, how))
     }
 
     /// What a release script's reply `done` says: whether the key was ours. Waiters in this
     /// process learn of a release now, not one message later.
-    fn released(&self, keys: &Keys<impl AsRef<str>>, done: &Value, how: &Release) -> bool {
+    fn released(&self, keys: &Keys<impl AsRef<str>>, done: Released, how: &Release) -> bool {
         let wake = match done {
-            Value::Int(1) => Wake::Everyone,
-            Value::BulkString(handed) => Wake::of(handed),
-            _ => return false,
+            Released::Ours => Wake::Everyone,
+            Released::Handed(grant) => Wake::of(&grant),
+            Released::NotOurs => return false,
         };
         if how.keep_ms == 0 {
             self.notifications.released_here(keys, wake);
@@ -519,19 +466,19 @@ impl Node {
         retention_ms: u64,
         limit: Duration,
     ) -> RedisResult<FenceReply> {
-        let mut cmd = evalsha(&scripts::FENCE, 2, 4, 2 * keys.key.len() + token.len() + 40);
-        cmd.arg(&keys.key)
-            .arg(keys.fence())
-            .arg(token)
-            .arg(retention_ms);
-        let (reply, _): (Vec<Value>, _) = self.eval(&scripts::FENCE, &cmd, None, limit).await?;
-        Ok(match reply.as_slice() {
-            [Value::Int(1), Value::Int(fence)] => FenceReply::Fence(*fence as u64),
-            [Value::Int(-2), why] => FenceReply::Unusable(value_text(why)),
-            _ => FenceReply::NotOurs,
-        })
+        let call = calls::Fence {
+            keys,
+            token,
+            retention_ms,
+        };
+        let (reply, _) = self
+            .eval(call.script(), &call.command(), None, limit)
+            .await?;
+        Ok(reply)
     }
 
+    /// Raises the fence counter of `keys` to `fence` if it is lower (see
+    /// [`scripts::RAISE_FENCE`]).
     pub(crate) async fn raise_fence(
         &self,
         keys: &Keys,
@@ -539,16 +486,21 @@ impl Node {
         retention_ms: u64,
         limit: Duration,
     ) -> RedisResult<()> {
-        let mut cmd = evalsha(&scripts::RAISE_FENCE, 1, 3, keys.key.len() + 60);
-        cmd.arg(keys.fence()).arg(fence).arg(retention_ms);
-        let (reply, _): (Value, _) = self.eval(&scripts::RAISE_FENCE, &cmd, None, limit).await?;
+        let call = calls::RaiseFence {
+            keys,
+            fence,
+            retention_ms,
+        };
+        let (reply, _) = self
+            .eval(call.script(), &call.command(), None, limit)
+            .await?;
         match reply {
-            Value::Array(why) if why.len() == 2 => Err(RedisError::from((
+            Raised::Unusable(why) => Err(RedisError::from((
                 ErrorKind::Client,
                 "fence counter not raised",
-                format!("`{}` {}", keys.fence(), value_text(&why[1])),
+                format!("`{}` {why}", keys.fence()),
             ))),
-            _ => Ok(()),
+            Raised::Raised => Ok(()),
         }
     }
 

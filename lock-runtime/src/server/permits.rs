@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 use tokio::time::Instant;
 
 use super::Node;
-use super::acquire::{AcquireRequest, value_text};
+use super::acquire::AcquireRequest;
+use super::calls::{self, Call};
+use super::replies::{Attempt, Forgot};
 use crate::model::keys::{Keys, permits_of};
-use crate::server::scripts::{self, evalsha};
 
 /// The reply to an attempt on a lock with `permits = N`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,7 +32,7 @@ pub(crate) enum PermitReply {
 }
 
 impl Node {
-    /// One attempt on the lock `keys` with `permits` permits (see [`scripts::ACQUIRE_PERMIT`]).
+    /// One attempt on the lock `keys` with `permits` permits (see [`super::scripts::ACQUIRE_PERMIT`]).
     pub(crate) async fn acquire_permit(
         &self,
         keys: &Keys,
@@ -39,33 +40,20 @@ impl Node {
         req: &AcquireRequest<'_>,
     ) -> RedisResult<PermitReply> {
         let slots = permit_keys(keys, permits);
-        let numkeys = 4 + slots.len();
-        let bytes = numkeys * (keys.key.len() + 20) + 200;
-        let mut cmd = evalsha(&scripts::ACQUIRE_PERMIT, numkeys, numkeys + 10, bytes);
-        cmd.arg(&keys.key)
-            .arg(keys.fence())
-            .arg(keys.queue())
-            .arg(keys.queue_states());
-        for slot in &slots {
-            cmd.arg(&slot.key);
-        }
-        req.push_args(&mut cmd);
-        cmd.arg(permits);
-        req.push_waiter(&mut cmd, true);
+        let call = calls::AcquirePermit {
+            keys,
+            permits: &slots,
+            req,
+        };
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
-        let (reply, acked): (Vec<Value>, _) = self
-            .eval(&scripts::ACQUIRE_PERMIT, &cmd, wait.as_ref(), req.limit)
+        let (reply, acked): (Attempt, _) = self
+            .eval(call.script(), &call.command(), wait.as_ref(), req.limit)
             .await?;
         self.rtt.record(sent.elapsed());
-        let int = |i: usize| match reply.get(i) {
-            Some(Value::Int(n)) => *n,
-            _ => -1,
-        };
-        let text = |i: usize| reply.get(i).map(value_text).unwrap_or_default();
-        Ok(match int(0) {
-            1 => {
-                let permit = int(2).max(0) as u32;
+        Ok(match reply {
+            Attempt::Taken { fence, permit, .. } => {
+                let permit = permit.unwrap_or(0);
                 match acked {
                     Some(acked) if acked < self.replicas => {
                         let slot = &slots[permit as usize];
@@ -74,27 +62,19 @@ impl Node {
                         }
                         PermitReply::NotReplicated { acked }
                     }
-                    _ => PermitReply::Taken {
-                        fence: int(1).max(0) as u64,
-                        permit,
-                    },
+                    _ => PermitReply::Taken { fence, permit },
                 }
             }
-            0 => PermitReply::Busy {
-                pttl: u64::try_from(int(1)).ok().map(Duration::from_millis),
+            Attempt::Busy { pttl } => PermitReply::Busy { pttl },
+            Attempt::NotOurTurn { head, state } => PermitReply::NotOurTurn { head, state },
+            Attempt::OtherMode { held } => PermitReply::OtherMode { held },
+            Attempt::WrongType { found, key } => PermitReply::Foreign {
+                key: key.unwrap_or_else(|| keys.key.clone()),
+                detail: format!("holds a {found} value, not a lock"),
             },
-            2 => PermitReply::NotOurTurn {
-                head: text(1),
-                state: text(2),
-            },
-            -3 => PermitReply::OtherMode { held: text(1) },
-            -1 => PermitReply::Foreign {
-                key: reply.get(2).map_or_else(|| keys.key.clone(), value_text),
-                detail: format!("holds a {} value, not a lock", text(1)),
-            },
-            _ => PermitReply::Foreign {
+            Attempt::Unusable { why } => PermitReply::Foreign {
                 key: keys.fence().to_string(),
-                detail: text(1),
+                detail: why,
             },
         })
     }
@@ -111,7 +91,7 @@ impl Node {
     }
 
     /// Frees the permit that `token` holds, if any, and tells the waiters (see
-    /// [`scripts::FORGET_PERMIT`]); true when a permit held it.
+    /// [`super::scripts::FORGET_PERMIT`]); true when a permit held it.
     pub(crate) async fn forget_permit(
         &self,
         keys: &Keys,
@@ -119,20 +99,17 @@ impl Node {
         token: &str,
     ) -> RedisResult<bool> {
         let slots = permit_keys(keys, permits);
-        let publish = self.publish_command();
-        let bytes = (slots.len() + 1) * (keys.key.len() + 20) + token.len() + 80;
-        let numkeys = slots.len() + 1;
-        let mut cmd = evalsha(&scripts::FORGET_PERMIT, numkeys, numkeys + 3, bytes);
-        cmd.arg(&keys.key);
-        for slot in &slots {
-            cmd.arg(&slot.key);
-        }
-        cmd.arg(token).arg(keys.channel()).arg(publish);
+        let call = calls::ForgetPermit {
+            keys,
+            permits: &slots,
+            token,
+            publish: self.publish_command(),
+        };
         let limit = self.settings.response_timeout;
-        let (freed, _): (Value, _) = self
-            .eval(&scripts::FORGET_PERMIT, &cmd, None, limit)
+        let (Forgot(freed), _) = self
+            .eval(call.script(), &call.command(), None, limit)
             .await?;
-        Ok(freed == Value::Int(1))
+        Ok(freed)
     }
 }
 

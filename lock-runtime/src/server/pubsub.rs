@@ -12,6 +12,7 @@ use redis::{Client, ConnectionInfo, ProtocolVersion, PushInfo, PushKind, RedisRe
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
+use crate::model::keys::HANDED_MARK;
 use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::transport::connect::{RoundTrip, Settings, bounded, manager_config};
 
@@ -152,7 +153,10 @@ pub(crate) struct Grant {
 impl Wake {
     /// What a release message's payload says.
     pub(crate) fn of(payload: &[u8]) -> Self {
-        let Some(Ok(handed)) = payload.strip_prefix(b"~").map(std::str::from_utf8) else {
+        let Some(Ok(handed)) = payload
+            .strip_prefix(HANDED_MARK.as_bytes())
+            .map(std::str::from_utf8)
+        else {
             return Self::Everyone;
         };
         let mut parts = handed.split(' ');

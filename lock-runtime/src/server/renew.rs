@@ -7,7 +7,9 @@ use redis::{FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::time::Instant;
 
 use super::Node;
-use crate::server::scripts::{self, evalsha};
+use super::calls::{self, Call};
+use super::replies::Renewal;
+use crate::server::scripts;
 use crate::transport::cluster::ClusterLink;
 use crate::transport::connect::bounded;
 
@@ -65,17 +67,10 @@ impl Node {
         &self,
         items: &[(&str, &str, u64)],
     ) -> RedisResult<Vec<Option<RenewReply>>> {
-        let bytes: usize = items.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
-        let mut cmd = evalsha(&scripts::RENEW, items.len(), 3 * items.len(), bytes);
-        for (key, _, _) in items {
-            cmd.arg(*key);
-        }
-        for (_, token, ttl_ms) in items {
-            cmd.arg(*token).arg(*ttl_ms);
-        }
+        let cmd = calls::Renew { items }.command();
         let wait = self.wait_cmd(min_ttl(items));
         let limit = self.settings.response_timeout;
-        let (codes, acked): (Vec<i64>, Option<usize>) =
+        let (codes, acked): (Vec<Renewal>, Option<usize>) =
             if self.renew_loaded.load(Ordering::Relaxed) || self.is_cluster() {
                 self.eval(&scripts::RENEW, &cmd, wait.as_ref(), limit)
                     .await?
@@ -95,7 +90,7 @@ impl Node {
         renew: redis::Cmd,
         wait: Option<redis::Cmd>,
         limit: std::time::Duration,
-    ) -> RedisResult<(Vec<i64>, Option<usize>)> {
+    ) -> RedisResult<(Vec<Renewal>, Option<usize>)> {
         let mut pipe = redis::Pipeline::with_capacity(3);
         pipe.cmd("SCRIPT")
             .arg("LOAD")
@@ -109,27 +104,27 @@ impl Node {
         let mut conn = self.conn().await?;
         self.bounded(limit, async {
             if waits {
-                let (codes, acked) = pipe.query_async::<(Vec<i64>, usize)>(&mut conn).await?;
+                let (codes, acked) = pipe.query_async::<(Vec<Renewal>, usize)>(&mut conn).await?;
                 Ok((codes, Some(acked)))
             } else {
-                let (codes,) = pipe.query_async::<(Vec<i64>,)>(&mut conn).await?;
+                let (codes,) = pipe.query_async::<(Vec<Renewal>,)>(&mut conn).await?;
                 Ok((codes, None))
             }
         })
         .await
     }
 
-    /// Renewal codes (1 renewed, 0 not ours, 2 not served here) as replies; a renewal that the
-    /// replicas did not acknowledge is `NotReplicated`, one not served here has no reply.
-    fn renew_replies(&self, codes: Vec<i64>, acked: Option<usize>) -> Vec<Option<RenewReply>> {
+    /// Renewal outcomes as replies; a renewal that the replicas did not acknowledge is
+    /// `NotReplicated`, one not served here has no reply.
+    fn renew_replies(&self, codes: Vec<Renewal>, acked: Option<usize>) -> Vec<Option<RenewReply>> {
         let replicated = acked.is_none_or(|n| n >= self.replicas);
         codes
             .into_iter()
             .map(|code| match code {
-                1 if replicated => Some(RenewReply::Renewed),
-                1 => Some(RenewReply::NotReplicated),
-                0 => Some(RenewReply::NotOwner),
-                _ => None,
+                Renewal::Renewed if replicated => Some(RenewReply::Renewed),
+                Renewal::Renewed => Some(RenewReply::NotReplicated),
+                Renewal::NotOurs => Some(RenewReply::NotOwner),
+                Renewal::Elsewhere => None,
             })
             .collect()
     }
@@ -232,12 +227,7 @@ impl Node {
         let script = &scripts::RENEW_ANY_SLOT;
         let mut pipe = redis::Pipeline::with_capacity(items.len() / RENEW_CHUNK + 2);
         for chunk in items.chunks(RENEW_CHUNK) {
-            let bytes: usize = chunk.iter().map(|(k, t, _)| k.len() + t.len() + 40).sum();
-            let mut cmd = evalsha(script, 0, 3 * chunk.len(), bytes);
-            for (key, token, ttl_ms) in chunk {
-                cmd.arg(*key).arg(*token).arg(*ttl_ms);
-            }
-            pipe.add_command(cmd);
+            pipe.add_command(calls::RenewAnySlot { items: chunk }.command());
         }
         let calls = items.chunks(RENEW_CHUNK).len();
         let wait = self.wait_cmd(min_ttl(items));
@@ -267,10 +257,10 @@ impl Node {
         let mut replies = bounded(self.settings.response_timeout, call)
             .await?
             .into_iter();
-        let mut codes: Vec<i64> = Vec::with_capacity(items.len());
+        let mut codes: Vec<Renewal> = Vec::with_capacity(items.len());
         for _ in 0..calls {
             let reply = replies.next().unwrap_or(Value::Nil).extract_error()?;
-            codes.extend(Vec::<i64>::from_redis_value(reply)?);
+            codes.extend(Vec::<Renewal>::from_redis_value(reply)?);
         }
         let acked = match wait {
             Some(_) => Some(usize::from_redis_value(

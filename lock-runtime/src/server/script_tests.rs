@@ -1,13 +1,21 @@
-//! One table per script, against a real redis-server: the keys before, the keys and arguments
-//! of one call, the reply, and every key after (value and expiry). Each row is one branch of a
-//! script that replies differently or leaves the keys differently; every row runs on an empty
-//! database.
+//! One table per script, against a real redis-server: the keys before, the parameters of one
+//! call, the reply, and every key after (value and expiry). Each row is one branch of a script
+//! that replies differently or leaves the keys differently; every row runs on an empty database.
+//! A row's parameters are made into the script's parameter type (`calls`), whose encoder writes
+//! the call, and its reply is decoded by the script's reply type (`replies`) too.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use lock_testing::RedisServer;
+use lock_testing::{RedisCluster, RedisServer, key_slot};
 use redis::aio::MultiplexedConnection;
-use redis::{Script, Value};
+use redis::{Arg, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
+
+use super::acquire::AcquireRequest;
+use super::calls::{self, Call};
+use super::replies::{Attempt, Forgot, Raised, Released, Renewal};
+use super::{FenceReply, Release, Waiter};
+use crate::model::keys::{KeyFormat, Keys};
 
 use super::scripts::{
     ACQUIRE, ACQUIRE_PERMIT, ACQUIRE_SHARED, ACQUIRE_UNQUEUED, FENCE, FORGET_PERMIT, RAISE_FENCE,
@@ -64,7 +72,10 @@ struct Row {
     what: &'static str,
     script: &'static LazyLock<Script>,
     before: Vec<(&'static str, Data, Option<u64>)>,
+    /// The keys the call must declare: the first is the lock's key (or a permit's).
     keys: Vec<&'static str>,
+    /// The call's parameters, in the order of its callers' (see `command`); names and marks
+    /// are the parameter type's to add.
     args: Vec<&'static str>,
     reply: Reply,
     after: Vec<(&'static str, Data, Ttl)>,
@@ -210,29 +221,267 @@ async fn check_key(what: &str, conn: &mut MultiplexedConnection, key: &str, want
     assert!(ttl_ok, "{what}: `{key}` has PTTL {pttl}, not {ttl:?}");
 }
 
+/// The call of `row`, made by its script's parameter type from the row's parameters.
+fn command(row: &Row) -> redis::Cmd {
+    let is = |script: &'static LazyLock<Script>| std::ptr::eq(row.script, script);
+    let a = |i: usize| row.args.get(i).copied().unwrap_or("");
+    let n = |i: usize| a(i).parse::<u64>().unwrap_or(0);
+    let lock = Keys::new(LOCK.to_owned(), KeyFormat::HashTagged);
+    let permits: Vec<Keys> = (0..2).map(|i| lock.permit(i, 2)).collect();
+    // A waiter's id, grace, stale head and its state, and previous token, from `at` on.
+    let waiter = |at: usize, previous: bool| {
+        (!a(at).is_empty()).then(|| Waiter {
+            id: a(at).to_owned(),
+            grace: Duration::from_millis(n(at + 1)),
+            previous: if previous { a(at + 4) } else { "" }.to_owned(),
+        })
+    };
+    let evict = |at: usize| (!a(at + 2).is_empty()).then(|| (a(at + 2), a(at + 3)));
+    let request = |waiter: Option<&'static Waiter>, at: usize, queue| AcquireRequest {
+        token: a(0),
+        ttl_ms: n(1),
+        waiter,
+        evict: evict(at),
+        fence_quantum: n(2),
+        fence_retention_ms: n(3),
+        limit: Duration::from_secs(5),
+        queue,
+    };
+    // Leaked: a test's few rows; the requests borrow them.
+    let leak = |w: Option<Waiter>| w.map(|w| &*Box::leak(Box::new(w)));
+    if is(&ACQUIRE) || is(&ACQUIRE_UNQUEUED) {
+        let req = request(leak(waiter(4, true)), 4, is(&ACQUIRE));
+        return match is(&ACQUIRE) {
+            true => calls::Acquire {
+                keys: &lock,
+                req: &req,
+            }
+            .command(),
+            false => calls::AcquireUnqueued {
+                keys: &lock,
+                req: &req,
+            }
+            .command(),
+        };
+    }
+    if is(&ACQUIRE_SHARED) {
+        let req = request(leak(waiter(5, false)), 5, true);
+        let publish = a(4);
+        return calls::AcquireShared {
+            keys: &lock,
+            req: &req,
+            publish,
+        }
+        .command();
+    }
+    if is(&ACQUIRE_PERMIT) {
+        let req = request(leak(waiter(5, true)), 5, true);
+        let permits = &permits[..n(4) as usize];
+        return calls::AcquirePermit {
+            keys: &lock,
+            permits,
+            req: &req,
+        }
+        .command();
+    }
+    if is(&FORGET_PERMIT) {
+        let (token, publish) = (a(0), a(2));
+        let permits = &permits[..row.keys.len() - 1];
+        return calls::ForgetPermit {
+            keys: &lock,
+            permits,
+            token,
+            publish,
+        }
+        .command();
+    }
+    if is(&RELEASE) || is(&RELEASE_SHARED) {
+        release_command(row, &lock, &permits)
+    } else {
+        other_command(row, &lock)
+    }
+}
+
+/// The call of a `RELEASE` or `RELEASE_SHARED` row (see `command`).
+fn release_command(row: &Row, lock: &Keys, permits: &[Keys]) -> redis::Cmd {
+    let a = |i: usize| row.args.get(i).copied().unwrap_or("");
+    let n = |i: usize, default: u64| a(i).parse::<u64>().unwrap_or(default);
+    let default = super::scripts::DEFAULT_RETENTION_MS;
+    if std::ptr::eq(row.script, &RELEASE_SHARED) {
+        let how = Release {
+            keep_ms: n(4, 0),
+            always_publish: false,
+            record_fence: 0,
+            fence_retention_ms: n(2, default),
+            look_at_queue: false,
+        };
+        let (value, place, publish) = (a(0), a(1), a(3));
+        let call = calls::ReleaseShared {
+            keys: lock,
+            value,
+            place,
+            how: &how,
+            publish,
+        };
+        return call.command();
+    }
+    // The whole way from the fifth parameter on (keep, publish always), as the callers did.
+    let how = Release {
+        keep_ms: n(4, 0),
+        always_publish: a(5) == "1",
+        record_fence: n(2, 0),
+        fence_retention_ms: n(1, default),
+        look_at_queue: row.args.len() >= 5,
+    };
+    let keys = if row.keys[0] == P0 { &permits[0] } else { lock };
+    let publish = if a(3).is_empty() { "PUBLISH" } else { a(3) };
+    calls::Release {
+        keys,
+        token: a(0),
+        how: &how,
+        publish,
+    }
+    .command()
+}
+
+/// The call of a renewal or fence row (see `command`).
+fn other_command(row: &Row, lock: &Keys) -> redis::Cmd {
+    let a = |i: usize| row.args.get(i).copied().unwrap_or("");
+    let n = |i: usize| a(i).parse::<u64>().unwrap_or(0);
+    let is = |script: &'static LazyLock<Script>| std::ptr::eq(row.script, script);
+    if is(&RENEW) {
+        let items: Vec<(&str, &str, u64)> = (row.keys.iter().enumerate())
+            .map(|(i, key)| (*key, a(2 * i), n(2 * i + 1)))
+            .collect();
+        return calls::Renew { items: &items }.command();
+    }
+    if is(&RENEW_ANY_SLOT) {
+        let items: Vec<(&str, &str, u64)> = (0..row.args.len() / 3)
+            .map(|i| (a(3 * i), a(3 * i + 1), n(3 * i + 2)))
+            .collect();
+        return calls::RenewAnySlot { items: &items }.command();
+    }
+    if is(&FENCE) {
+        return calls::Fence {
+            keys: lock,
+            token: a(0),
+            retention_ms: n(1),
+        }
+        .command();
+    }
+    assert!(is(&RAISE_FENCE), "{}: a script without a call", row.what);
+    calls::RaiseFence {
+        keys: lock,
+        fence: n(0),
+        retention_ms: n(1),
+    }
+    .command()
+}
+
+/// Whether the reply type of `row`'s script decodes `reply`.
+fn decodes(row: &Row, reply: &Value) -> bool {
+    let is = |script: &'static LazyLock<Script>| std::ptr::eq(row.script, script);
+    let v = reply.clone();
+    if is(&RELEASE) || is(&RELEASE_SHARED) {
+        Released::from_redis_value(v).is_ok()
+    } else if is(&RENEW) || is(&RENEW_ANY_SLOT) {
+        Vec::<Renewal>::from_redis_value(v).is_ok()
+    } else if is(&FORGET_PERMIT) {
+        Forgot::from_redis_value(v).is_ok()
+    } else if is(&FENCE) {
+        FenceReply::from_redis_value(v).is_ok()
+    } else if is(&RAISE_FENCE) {
+        Raised::from_redis_value(v).is_ok()
+    } else {
+        Attempt::from_redis_value(v).is_ok()
+    }
+}
+
+/// Sends `cmd`, loading `script` first if the server does not have it.
+async fn call(conn: &mut MultiplexedConnection, script: &Script, cmd: &redis::Cmd) -> Value {
+    match cmd.query_async::<Value>(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await.unwrap();
+            cmd.query_async(conn).await.unwrap()
+        }
+        other => other.unwrap(),
+    }
+}
+
 async fn run(rows: Vec<Row>) {
     let server = RedisServer::start();
     let client = redis::Client::open(server.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    for row in rows {
-        let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    run_on(&mut conn, rows, "PUBLISH").await;
+}
+
+/// Runs `rows` on the server of `conn`, each on an empty database, with `publish` as the
+/// publish command of the rows that give one.
+async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>, publish: &'static str) {
+    for mut row in rows {
+        for arg in &mut row.args {
+            if *arg == "PUBLISH" {
+                *arg = publish;
+            }
+        }
+        let _: () = redis::cmd("FLUSHALL").query_async(conn).await.unwrap();
         for (key, data, px) in &row.before {
-            write(&mut conn, key, data, *px).await;
+            write(conn, key, data, *px).await;
         }
-        let now_us = now_ms(&mut conn).await * 1000;
-        let mut call = row.script.prepare_invoke();
+        let now_us = now_ms(conn).await * 1000;
+        let cmd = command(&row);
+        let declared: Vec<&[u8]> = (cmd.args_iter().skip(3))
+            .filter_map(|arg| match arg {
+                Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            })
+            .collect();
         for key in &row.keys {
-            call.key(*key);
+            let what = row.what;
+            assert!(
+                declared.contains(&key.as_bytes()),
+                "{what}: `{key}` not sent"
+            );
         }
-        for arg in &row.args {
-            call.arg(*arg);
-        }
-        let reply: Value = call.invoke_async(&mut conn).await.unwrap();
+        let reply = call(conn, row.script, &cmd).await;
         check_reply(row.what, &row.reply, &reply, now_us);
+        assert!(decodes(&row, &reply), "{}: {reply:?} not decoded", row.what);
         for (key, data, ttl) in &row.after {
-            check_key(row.what, &mut conn, key, data, *ttl).await;
+            check_key(row.what, conn, key, data, *ttl).await;
         }
     }
+}
+
+/// Every row of every table again, on the primary of a real local Redis Cluster that serves
+/// the lock's slot, with sharded pub/sub (`SPUBLISH`) as on Cluster: every key of a row shares
+/// the lock's hash tag, so each script runs there as a Cluster client sends it. One Cluster for
+/// all the rows: it takes about 2 s to start.
+#[tokio::test]
+async fn every_row_on_a_cluster_primary() {
+    let tables: [fn() -> Vec<Row>; 9] = [
+        acquire_table_rows,
+        acquire_unqueued_table_rows,
+        renew_table_rows,
+        release_table_rows,
+        acquire_permit_table_rows,
+        forget_permit_table_rows,
+        acquire_shared_table_rows,
+        release_shared_table_rows,
+        fence_tables_rows,
+    ];
+    let rows: Vec<Row> = tables.into_iter().flat_map(|table| table()).collect();
+    let slot = key_slot(LOCK.as_bytes());
+    for row in &rows {
+        let keys = row.keys.iter().chain(row.before.iter().map(|b| &b.0));
+        for key in keys.chain(row.after.iter().map(|a| &a.0)) {
+            assert_eq!(key_slot(key.as_bytes()), slot, "{}: `{key}`", row.what);
+        }
+    }
+    let cluster = RedisCluster::start();
+    let primary = cluster.primary_for_key(LOCK);
+    let client = redis::Client::open(primary.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    run_on(&mut conn, rows, "SPUBLISH").await;
 }
 
 const LOCK: &str = "lock:{a}";
@@ -401,11 +650,16 @@ fn shared_held(members: Vec<(Score, &'static str)>) -> Before {
 
 #[tokio::test]
 async fn acquire_table() {
+    run(acquire_table_rows()).await;
+}
+
+/// The rows of `acquire_table`.
+fn acquire_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_table_rows_0());
     rows.extend(acquire_table_rows_1());
     rows.extend(acquire_table_rows_2());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_table`, part 1 of 3.
@@ -555,12 +809,17 @@ fn acquire_table_rows_2() -> Vec<Row> {
 
 #[tokio::test]
 async fn acquire_unqueued_table() {
+    run(acquire_unqueued_table_rows()).await;
+}
+
+/// The rows of `acquire_unqueued_table`.
+fn acquire_unqueued_table_rows() -> Vec<Row> {
     let row = |what| Row {
         script: &ACQUIRE_UNQUEUED,
         keys: vec![LOCK, FENCE_KEY],
         ..acquire(what)
     };
-    run(vec![
+    vec![
         Row {
             after: vec![
                 (LOCK, Str("t1;w=0"), Ttl::About(2000)),
@@ -590,17 +849,21 @@ async fn acquire_unqueued_table() {
             after: vec![(LOCK, Absent, Ttl::Any)],
             ..row("the counter is not a counter: the key just taken is deleted again")
         },
-    ])
-    .await;
+    ]
 }
 
 #[tokio::test]
 async fn renew_table() {
+    run(renew_table_rows()).await;
+}
+
+/// The rows of `renew_table`.
+fn renew_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(renew_table_rows_0());
     rows.extend(renew_table_rows_1());
     rows.extend(renew_table_rows_2());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `renew_table`, part 1 of 3.
@@ -714,12 +977,17 @@ fn renew_table_rows_2() -> Vec<Row> {
 
 #[tokio::test]
 async fn release_table() {
+    run(release_table_rows()).await;
+}
+
+/// The rows of `release_table`.
+fn release_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(release_table_rows_0());
     rows.extend(release_table_rows_1());
     rows.extend(release_table_rows_2());
     rows.extend(release_table_rows_3());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `release_table`, part 1 of 4.
@@ -860,10 +1128,15 @@ fn release_table_rows_3() -> Vec<Row> {
 
 #[tokio::test]
 async fn acquire_permit_table() {
+    run(acquire_permit_table_rows()).await;
+}
+
+/// The rows of `acquire_permit_table`.
+fn acquire_permit_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_permit_table_rows_0());
     rows.extend(acquire_permit_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_permit_table`, part 1 of 2.
@@ -953,16 +1226,21 @@ fn acquire_permit_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn forget_permit_table() {
+    run(forget_permit_table_rows()).await;
+}
+
+/// The rows of `forget_permit_table`.
+fn forget_permit_table_rows() -> Vec<Row> {
     let row = |what, before, reply, after| Row {
         what,
         script: &FORGET_PERMIT,
         before,
         keys: vec![LOCK, P0, P1],
-        args: vec!["t;w=0", "lock:{a}:released", "PUBLISH"],
+        args: vec!["t;w=0", "", "PUBLISH"],
         reply,
         after,
     };
-    run(vec![
+    vec![
         row(
             "the last permit forgotten: freed, and the mark with it",
             vec![
@@ -998,16 +1276,20 @@ async fn forget_permit_table() {
                 (LOCK, Str("permits:2"), Ttl::Any),
             ],
         ),
-    ])
-    .await;
+    ]
 }
 
 #[tokio::test]
 async fn acquire_shared_table() {
+    run(acquire_shared_table_rows()).await;
+}
+
+/// The rows of `acquire_shared_table`.
+fn acquire_shared_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_shared_table_rows_0());
     rows.extend(acquire_shared_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `acquire_shared_table`, part 1 of 2.
@@ -1082,10 +1364,15 @@ fn acquire_shared_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn release_shared_table() {
+    run(release_shared_table_rows()).await;
+}
+
+/// The rows of `release_shared_table`.
+fn release_shared_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(release_shared_table_rows_0());
     rows.extend(release_shared_table_rows_1());
-    run(rows).await;
+    rows
 }
 
 /// Rows of `release_shared_table`, part 1 of 2.
@@ -1155,6 +1442,11 @@ fn release_shared_table_rows_1() -> Vec<Row> {
 
 #[tokio::test]
 async fn fence_tables() {
+    run(fence_tables_rows()).await;
+}
+
+/// The rows of `fence_tables`.
+fn fence_tables_rows() -> Vec<Row> {
     let fence = |what, before, reply, after| Row {
         what,
         script: &FENCE,
@@ -1173,7 +1465,7 @@ async fn fence_tables() {
         reply,
         after: vec![(FENCE_KEY, Str(after), Ttl::Any)],
     };
-    run(vec![
+    vec![
         fence(
             "ours: a fence from the clock, written",
             vec![(LOCK, Str("t;w=0"), Some(5000))],
@@ -1203,6 +1495,5 @@ async fn fence_tables() {
             Arr(vec![Int(-2), s("holds x, not an integer counter")]),
             "x",
         ),
-    ])
-    .await;
+    ]
 }

@@ -1,10 +1,12 @@
 //! A shared hold of a read-write lock on one server: joining the shared holders (see
-//! [`scripts::ACQUIRE_SHARED`]) and leaving them (see [`scripts::RELEASE_SHARED`]).
+//! [`super::scripts::ACQUIRE_SHARED`]) and leaving them (see [`super::scripts::RELEASE_SHARED`]).
 
-use redis::{RedisResult, Value};
+use redis::RedisResult;
 use tokio::time::Instant;
 
 use super::acquire::{AcquireReply, AcquireRequest};
+use super::calls::{self, Call};
+use super::replies::Attempt;
 use super::{Node, Release};
 
 /// Where a shared holder holds: the lock key's value, which every shared holder renews, and its
@@ -15,7 +17,6 @@ pub(crate) struct SharedPlace {
     pub member: String,
 }
 use crate::model::keys::Keys;
-use crate::server::scripts::{self, evalsha};
 
 impl Node {
     /// One shared attempt on the lock `keys`; with `Taken`, the place it took: the value the
@@ -25,29 +26,22 @@ impl Node {
         keys: &Keys,
         req: &AcquireRequest<'_>,
     ) -> RedisResult<(AcquireReply, Option<SharedPlace>)> {
-        let script = &scripts::ACQUIRE_SHARED;
-        let mut cmd = evalsha(script, 5, 14, 5 * keys.key.len() + 260);
-        cmd.arg(&keys.key)
-            .arg(keys.fence())
-            .arg(keys.queue())
-            .arg(keys.queue_states())
-            .arg(keys.readers());
-        req.push_args(&mut cmd);
-        cmd.arg(self.publish_command());
-        req.push_waiter(&mut cmd, false);
+        let call = calls::AcquireShared {
+            keys,
+            req,
+            publish: self.publish_command(),
+        };
         let sent = Instant::now();
         let wait = self.wait_cmd(req.ttl_ms);
-        let (reply, acked): (Vec<Value>, _) =
-            self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
+        let (reply, acked): (Attempt, _) = self
+            .eval(call.script(), &call.command(), wait.as_ref(), req.limit)
+            .await?;
         self.rtt.record(sent.elapsed());
-        let read = AcquireReply::read(keys, &reply);
-        let AcquireReply::Taken { .. } = read else {
-            return Ok((read, None));
+        let place = match &reply {
+            Attempt::Taken { place, .. } => place.clone(),
+            _ => return Ok((AcquireReply::of(keys, reply), None)),
         };
-        let text = |i: usize| reply.get(i).map(super::acquire::value_text);
-        let place = text(2)
-            .zip(text(3))
-            .map(|(value, member)| SharedPlace { value, member });
+        let read = AcquireReply::of(keys, reply);
         match acked {
             Some(acked) if acked < self.replicas => {
                 // Not acknowledged: leaves the holders again (a failover could lose the hold).
@@ -71,26 +65,17 @@ impl Node {
         place: &str,
         how: &Release,
     ) -> RedisResult<bool> {
-        let token = place;
-        let script = &scripts::RELEASE_SHARED;
-        let key = keys.key.as_ref();
-        let mut cmd = evalsha(
-            script,
-            4,
-            9,
-            4 * key.len() + value.len() + token.len() + 120,
-        );
-        cmd.arg(key)
-            .arg(keys.readers())
-            .arg(keys.queue())
-            .arg(keys.fence());
-        cmd.arg(value)
-            .arg(token)
-            .arg(how.fence_retention_ms)
-            .arg(self.publish_command())
-            .arg(how.keep_ms);
+        let call = calls::ReleaseShared {
+            keys,
+            value,
+            place,
+            how,
+            publish: self.publish_command(),
+        };
         let limit = self.settings.response_timeout;
-        let (done, _): (Value, _) = self.eval(script, &cmd, None, limit).await?;
-        Ok(self.released(keys, &done, how))
+        let (done, _) = self
+            .eval(call.script(), &call.command(), None, limit)
+            .await?;
+        Ok(self.released(keys, done, how))
     }
 }

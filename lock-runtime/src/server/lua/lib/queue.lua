@@ -1,0 +1,45 @@
+-- The waiter queue: a sorted set of waiter ids scored by arrival number, and a hash of each
+-- waiter's state.
+
+-- `{-1, type, key}` when `key` holds a type other than `kind` (another client's key, or a lock
+-- of the other key format under the same name); nil when it is of that type or absent.
+local function foreign(key, kind)
+  local found = redis.call('TYPE', key).ok
+  if found ~= 'none' and found ~= kind then return {-1, found, key} end
+end
+
+-- Evicts the queue head `evict` (a waiter id; empty: none) if its state is still `seen`, the
+-- state a caller saw it in for longer than its grace (see `ACQUIRE`), with any of the `locks`
+-- keys handed to it by id (`handed` and its id).
+local function evict_stale_head(queue, states, evict, seen, locks, handed)
+  if evict == '' or redis.call('HGET', states, evict) ~= seen then return end
+  redis.call('ZREM', queue, evict)
+  redis.call('HDEL', states, evict)
+  for _, key in ipairs(locks) do
+    if redis.pcall('GET', key) == handed .. evict then redis.call('DEL', key) end
+  end
+end
+
+-- Puts `waiter` at the end of the queue unless it is in it, writes its `state`, and keeps both
+-- for 4 of its graces (`grace_ms`), extended once less than half of that is left.
+local function join_queue(queue, states, waiter, state, grace_ms)
+  if not redis.call('ZSCORE', queue, waiter) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+    redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
+  end
+  redis.call('HSET', states, waiter, state)
+  local keep = 4 * tonumber(grace_ms)
+  if redis.call('PTTL', states) < keep / 2 then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', states, keep)
+  end
+end
+
+-- When the lock's value `cur` hands it to a waiter by id (`handed` and its id, see `RELEASE`):
+-- `{2, that waiter, its state}`; nil otherwise.
+local function handed_to_another(cur, states, handed)
+  if starts_with(cur, handed) then
+    local head = string.sub(cur, #handed + 1)
+    return {2, head, redis.call('HGET', states, head)}
+  end
+end
