@@ -14,7 +14,7 @@ use crate::deployment::{Acquired, Ask, Deployment, Late};
 use crate::deployment::{Grant, Subscription, Wake};
 use crate::hold::watchdog::{Renewing, Watchdog};
 use crate::model::hold::{Held, HoldKind};
-use crate::model::keys::Keys;
+use crate::model::keys::{GRANTS_MARK, Keys};
 use crate::model::waiter::Waiter;
 use crate::plumbing::telemetry;
 use crate::state::lease_state::{Granted, LeaseState, renew_period};
@@ -162,7 +162,7 @@ impl Acquirer {
             watchdog: Watchdog::new(Arc::clone(&deployment)),
             deployment,
             stale_heads: StaleHeads::default(),
-            waiter_suffix: format!("{suffix};grants={grants}"),
+            waiter_suffix: format!("{suffix}{GRANTS_MARK}{grants}"),
             suffix,
             grants,
             poll,
@@ -233,8 +233,8 @@ impl Acquirer {
     fn contended_lately(&self, wait: &Wait<'_>) -> bool {
         wait.place.as_ref().is_some_and(|place| {
             place.node().subscribed(|| {
-                let channel = wait.keys.channel();
-                [channel.to_string(), format!("{channel}:{}", self.grants)]
+                let grants = format!("{}{}", wait.keys.grant_channels(), self.grants);
+                [wait.keys.channel().to_string(), grants]
             })
         })
     }
@@ -402,7 +402,7 @@ impl Acquirer {
         let grants = async {
             match (self.deployment.queue_node(), waiter) {
                 (Some(node), Some(waiter)) => {
-                    let channel = format!("{channel}:{}", self.grants);
+                    let channel = format!("{}{}", keys.grant_channels(), self.grants);
                     Some(node.subscribe(&channel, Some(waiter)).await.0)
                 }
                 _ => None,

@@ -66,8 +66,8 @@ pub struct LeaderWatch {
     locker: Locker,
     name: String,
     fallback: Duration,
-    /// The leader last returned: the value of its key, `None` for nobody; not set before the
-    /// first call.
+    /// The leader last returned: its token (the value of its key when that is not one this
+    /// library wrote), `None` for nobody; not set before the first call.
     seen: Option<Option<String>>,
     /// Release messages of the name, from the first call on.
     subscriptions: Option<Vec<(usize, Subscription)>>,
@@ -106,7 +106,11 @@ impl LeaderWatch {
         }
         loop {
             let info = self.locker.inspect(&self.name).await?;
-            let now = info.as_ref().map(|i| i.value.clone());
+            // Who leads, by its token: the value's waiters' mark changes as campaigners queue.
+            let now = info.as_ref().map(|i| match &i.holder {
+                Some(holder) => holder.token.clone(),
+                None => i.value.clone(),
+            });
             if self.seen.as_ref() != Some(&now) {
                 self.seen = Some(now);
                 return Ok(info);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::deployment::Node;
-use crate::model::keys::Keys;
+use crate::model::keys::{HANDED_MARK, KEPT_MARK, Keys, SHARED_MARK};
 use crate::{Holder, LockError, Locker};
 
 /// Most locks [`Locker::list`] returns.
@@ -103,19 +103,16 @@ pub enum LockState {
     Foreign,
 }
 
-/// What the lock's key holds while shared: this, then the value of its first shared holder.
-const SHARED: &str = "shared:";
-
 /// The state a key's value (or a permit's) says, and who wrote it.
 fn state_of(value: &str) -> (LockState, Option<Holder>) {
-    if let Some(to) = value.strip_prefix('~') {
+    if let Some(to) = value.strip_prefix(HANDED_MARK) {
         (
             LockState::HandedOver { to: to.to_owned() },
             Holder::parse(to),
         )
-    } else if let Some(first) = value.strip_prefix(SHARED) {
+    } else if let Some(first) = value.strip_prefix(SHARED_MARK) {
         (LockState::Shared, Holder::parse(first))
-    } else if let Some(released) = value.strip_suffix(":released")
+    } else if let Some(released) = value.strip_suffix(KEPT_MARK)
         && let Some(holder) = Holder::parse(released)
     {
         (LockState::MinHold, Some(holder))
@@ -147,7 +144,7 @@ impl LockInfo {
             }]
         } else if view.readers.is_empty() {
             // The key names its first shared holder even when the set cannot be read.
-            let first = value[SHARED.len()..].to_owned();
+            let first = value[SHARED_MARK.len()..].to_owned();
             vec![Holding::shared(first, None, pttl)]
         } else {
             let readers = view.readers.into_iter();
