@@ -12,6 +12,8 @@ mod acquire;
 pub(crate) mod cluster;
 mod failure;
 mod majority;
+#[cfg(test)]
+mod majority_props;
 mod permits;
 pub(crate) mod redlock;
 mod release;
