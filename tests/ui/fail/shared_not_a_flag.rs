@@ -1,8 +1,6 @@
 use lock_runtime::distributed_lock;
 
-#[distributed_lock(name = "catalog", ttl = "30s", shared, permits = 3)]
-async fn both() {}
-
+// `shared` with `permits` is a rule of lock-rules (tested there); a value is the parser's.
 #[distributed_lock(name = "catalog", ttl = "30s", shared = 1)]
 async fn not_a_flag() {}
 
