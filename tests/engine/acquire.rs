@@ -1,7 +1,7 @@
 //! Taking a lock: mutual exclusion with fences that grow in lock order, and the uncontended
 //! path's commands (one round trip each way, scripts loaded once).
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

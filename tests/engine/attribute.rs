@@ -1,7 +1,7 @@
 //! `#[distributed_lock]` against a real redis-server: the generated code goes through the same
 //! engine path as `Locker::run`, so each return path, deadline and wait behaves the same.
 
-pub mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

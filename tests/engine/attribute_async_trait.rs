@@ -2,7 +2,7 @@
 //! the body inside async-trait's boxed future, with the key rendered from the method's arguments
 //! (pattern parameters too) and the locker read through `self`, whatever the receiver.
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 //! Bad input: a lock key of another type is `NotALock` and left untouched, invalid options are
 //! config errors naming the rule, and lock errors convert into I/O errors.
 
-pub mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! its holder: a key whose value belongs to no live lease must be gone within a few round trips,
 //! never left for its ttl.
 
-pub mod support;
+use crate::support;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! Each test starts its own cluster; they run one at a time (`SERIAL`: a cluster is 6
 //! processes, and the failover and resharding tests time real cluster events on 2 cores).
 
-pub mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -215,133 +215,6 @@ async fn cluster_waiter_is_woken_by_a_sharded_release() {
         !shard_channel_listened(owner, &channel).await
     })
     .await;
-}
-
-/// `permits = 2` on a cluster: two holders at once in the lock's slot, renewed past their lease
-/// by the cluster's grouped renewal, a third woken by a sharded release, fences growing across
-/// the holders.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_permits_hold_renew_and_hand_over() {
-    let _one = SERIAL.lock().await;
-    let cluster = RedisCluster::start();
-    let (a, b) = (
-        cluster_locker(&cluster).await,
-        cluster_locker(&cluster).await,
-    );
-    let o = LockOptions::new(ms(20_000))
-        .with_lease(ms(600))
-        .with_permits(2);
-    let first = a.acquire("partner", &o).await.unwrap();
-    let second = b.acquire("partner", &o).await.unwrap();
-    assert!(second.fence() > first.fence());
-    let busy = a.acquire("partner", &o).await.unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
-    // Held past three leases: renewed, and so is the mark that keeps other modes out.
-    tokio::time::sleep(ms(1_800)).await;
-    assert!(first.is_held() && second.is_held());
-    let busy = a.acquire("partner", &o).await.unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
-    for other in [
-        LockOptions::new(ms(20_000)),
-        LockOptions::new(ms(20_000)).with_shared(true),
-        LockOptions::new(ms(20_000)).with_permits(3),
-    ] {
-        let err = b.acquire("partner", &other).await.unwrap_err();
-        assert!(matches!(err, LockError::Config { .. }), "{err}");
-        assert!(err.to_string().contains("held with permits = 2"), "{err}");
-    }
-    first.release().await.unwrap();
-    second.release().await.unwrap();
-    // The last permit out frees the name for any mode.
-    let exclusive = b
-        .acquire("partner", &LockOptions::new(ms(20_000)))
-        .await
-        .unwrap();
-    exclusive.release().await.unwrap();
-    // With the permits' keys set for 20 s, only the release message explains a quick hand-over.
-    let long = LockOptions::new(ms(20_000)).with_permits(2);
-    let first = a.acquire("partner-long", &long).await.unwrap();
-    let second = a.acquire("partner-long", &long).await.unwrap();
-    let waiter = {
-        let o = long.with_wait(ms(10_000));
-        tokio::spawn(async move {
-            let lease = b.acquire("partner-long", &o).await.unwrap();
-            (Instant::now(), lease)
-        })
-    };
-    tokio::time::sleep(ms(200)).await;
-    let released = Instant::now();
-    first.release().await.unwrap();
-    let (got, third) = waiter.await.unwrap();
-    assert!(
-        got.duration_since(released) < ms(2_000),
-        "woken by the release"
-    );
-    assert!(third.fence() > second.fence());
-    third.release().await.unwrap();
-    second.release().await.unwrap();
-}
-
-/// `shared` on a cluster: shared holders together in the lock's slot, renewed past their lease
-/// (the cluster's grouped renewal only ever extends the shared key), an exclusive caller queued
-/// behind them and handed the lock by the last one's sharded release, and a later shared caller
-/// waiting behind that exclusive one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_shared_holds_renew_and_hand_over_in_arrival_order() {
-    let _one = SERIAL.lock().await;
-    let cluster = RedisCluster::start();
-    let (a, b) = (
-        cluster_locker(&cluster).await,
-        cluster_locker(&cluster).await,
-    );
-    let shared = LockOptions::new(ms(20_000))
-        .with_lease(ms(600))
-        .with_shared(true);
-    let first = a.acquire("catalog", &shared).await.unwrap();
-    let second = b.acquire("catalog", &shared).await.unwrap();
-    tokio::time::sleep(ms(1_800)).await;
-    assert!(
-        first.is_held() && second.is_held(),
-        "renewed past three leases"
-    );
-    let exclusive = LockOptions::new(ms(20_000)).with_wait(ms(10_000));
-    let writer = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let lease = b.acquire("catalog", &exclusive).await.unwrap();
-            let got = Instant::now();
-            tokio::time::sleep(ms(100)).await;
-            lease.release().await.unwrap();
-            got
-        })
-    };
-    let queued = |n: usize| {
-        let a = a.clone();
-        async move {
-            let info = a.inspect("catalog").await.unwrap();
-            info.is_some_and(|info| info.waiters.len() == n)
-        }
-    };
-    support::eventually(ms(5_000), "the writer queues", || queued(1)).await;
-    let late = {
-        let (a, o) = (a.clone(), shared.with_wait(ms(10_000)));
-        tokio::spawn(async move {
-            let lease = a.acquire("catalog", &o).await.unwrap();
-            let got = Instant::now();
-            lease.release().await.unwrap();
-            got
-        })
-    };
-    support::eventually(ms(5_000), "the later reader queues", || queued(2)).await;
-    first.release().await.unwrap();
-    let released = Instant::now();
-    second.release().await.unwrap();
-    let (writer_got, late_got) = (writer.await.unwrap(), late.await.unwrap());
-    assert!(writer_got < late_got, "the later shared caller went first");
-    assert!(
-        writer_got.duration_since(released) < ms(2_000),
-        "handed over"
-    );
 }
 
 /// 10,000 leases spread over the slots are renewed for 3 ttl periods and none is lost; renewal

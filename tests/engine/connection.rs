@@ -2,7 +2,7 @@
 //! credentials in the URL are used and never printed, and a locker reconnects by itself after
 //! the server restarts.
 
-pub mod support;
+use crate::support;
 
 use lock_runtime::{LockError, Locker};
 use support::{Env, acquire_retrying, assert_mentions, cycle, ms, opts, timed};

@@ -3,7 +3,7 @@
 //! holder's value; a grant survives a cancelled grantee, a lost message, a newcomer, and keeps
 //! the fence counter's retention.
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};

@@ -4,7 +4,7 @@
 //! than N inside at once; for a read-write lock, an exclusive hold inside with a shared one; for
 //! a name held in several modes, holds of modes that exclude each other inside at once.
 
-pub mod support;
+use crate::support;
 
 use support::history::{Event, HoldMode, check};
 

@@ -1,7 +1,7 @@
 //! Inspection: who holds a lock, its fence and time left, its waiters in order; the states a key
 //! can be in; `list` over many names; Redlock's majority view.
 
-pub mod support;
+use crate::support;
 
 use lock_runtime::{LockOptions, LockState, Locker};
 use support::{Env, cycle, eventually, ms, query, raw_connection};

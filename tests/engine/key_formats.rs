@@ -2,7 +2,7 @@
 //! written, keys of another shape are skipped by `list`, and a fence counter at its limit is an
 //! error, not a smaller fence.
 
-pub mod support;
+use crate::support;
 
 use lock_runtime::{KeyFormat, LockError, LockOptions, LockState, Locker};
 use lock_testing::RedisServer;

@@ -2,7 +2,7 @@
 //! whole hold. A live holder runs past its lease; a dead one frees the lock within it; a paused
 //! one loses it, and its fenced writes are refused.
 
-pub mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! The tests of this file that log take `SERIAL`: a log capture sees every event only while no
 //! other test of the process reaches the same log lines at the same time.
 
-pub mod support;
+use crate::support;
 
 use std::time::Duration;
 

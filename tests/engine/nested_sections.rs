@@ -2,7 +2,7 @@
 //! of futures polled together) take turns; strictly nested sections run at once; a nested lease
 //! handle that outlives its outer call reports the lease ended.
 
-pub mod support;
+use crate::support;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,7 +3,7 @@
 //! INFO, with the wait and the hold time), on the documented targets only; a `()` job that skips
 //! a busy tick logs at DEBUG, a real failure at WARN.
 
-pub mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

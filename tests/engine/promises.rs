@@ -2,7 +2,7 @@
 //! breaks, against real redis-server processes. Each test also shows that the fault it guards
 //! against really happened (a snapshot was loaded, a request was in flight, ...).
 
-pub mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 

@@ -6,7 +6,7 @@
 //! Python's) loses updates. Needs redis-py: in the virtual environment that `cargo xtask test`
 //! (or `cargo xtask setup`) makes in `target/tmp/python-venv`, else in `python3` itself.
 
-pub mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdout, Command, Stdio};

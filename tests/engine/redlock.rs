@@ -1,8 +1,8 @@
 //! Redlock on N real, independent redis-servers: the majority rule, node failures while a lease
 //! is held, cleanup of partial acquisitions, slow nodes, exclusion and fencing across a node
-//! restart, and waiting for a release.
+//! restart. Waiting for a release is a case of `behaviour.rs`, run on every deployment.
 
-pub mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,8 +11,8 @@ use std::time::Duration;
 use lock_runtime::{LockError, Locker, LostReason};
 use support::nodes::{Nodes, locker_through};
 use support::{
-    SleepingBody, acquire_timed, assert_handed_over_within, assert_increasing, cycle, cycles,
-    eventually, lost_reason, ms, opts, spawn_acquire, take_timed, timed,
+    SleepingBody, acquire_timed, assert_increasing, cycle, cycles, eventually, lost_reason, ms,
+    opts, spawn_acquire, timed,
 };
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -536,35 +536,6 @@ async fn exclusion_and_monotonic_fences_across_a_node_restart() {
         async move { nodes.holders(key).await.is_empty() }
     })
     .await;
-}
-
-/// Waiting on a busy Redlock lock is woken by the holder's release messages from the nodes, not
-/// by the holder's PTTL (10 s here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_on_a_redlock_lock_is_woken_by_the_release() {
-    let nodes = Nodes::start(3);
-    let holder_locker = nodes.locker(ms(500));
-    let holder = holder_locker
-        .acquire("handoff", &opts(10_000))
-        .await
-        .unwrap();
-    let channel = format!("{}:released", holder_locker.key_of("handoff"));
-    let waiting = opts(10_000).with_wait(ms(8_000));
-    let waiter = take_timed(nodes.locker(ms(500)), "handoff", waiting);
-    eventually(ms(3_000), "the waiter subscribed on every node", || {
-        let (nodes, channel) = (&nodes, &channel);
-        async move {
-            for i in 0..3 {
-                if nodes.subscribers(i, channel).await == 0 {
-                    return false;
-                }
-            }
-            true
-        }
-    })
-    .await;
-    // Far below the 10 s a PTTL-driven retry would take; loose for a busy 2-core machine.
-    assert_handed_over_within(holder, waiter, ms(1_000), "redlock hand-off latency").await;
 }
 
 /// `min_hold` on Redlock: an early return keeps the key on every node for the rest of

@@ -1,8 +1,8 @@
-//! Releasing a lock: the uncontended release's commands, release on every return path,
-//! min_hold keeping the key after an early return, and a stale holder never touching the new
-//! holder's key.
+//! Releasing a lock: the uncontended release's commands, min_hold keeping the key after an
+//! early return, and a stale holder never touching the new holder's key. Release on every
+//! return path is a case of `behaviour.rs`, run on every deployment.
 
-pub mod support;
+use crate::support;
 
 use lock_runtime::{LockError, LostReason};
 use support::monitor::Monitor;
@@ -99,64 +99,6 @@ async fn stale_holder_never_touches_the_new_holders_key() {
         );
         b.release().await.unwrap();
     }
-}
-
-#[tokio::test]
-async fn every_return_path_releases_at_once() {
-    let env = Env::start().await;
-    let key = env.key("paths");
-    let o = opts(30_000);
-    // Normal return.
-    let v = env.locker.run("paths", &o, async |_| 7).await.unwrap();
-    assert_eq!(v, 7);
-    assert!(!env.exists(&key).await, "normal return");
-    // `?` in the body: an Err value.
-    let r: Result<Result<(), std::io::Error>, _> = env
-        .locker
-        .run("paths", &o, async |_| {
-            Err::<(), _>(std::io::Error::other("boom"))?;
-            Ok(())
-        })
-        .await;
-    assert!(r.unwrap().is_err());
-    assert!(!env.exists(&key).await, "`?` return");
-    // Panic: released, then the panic is resumed with its payload.
-    let locker = env.locker.clone();
-    let panicked = tokio::spawn(async move {
-        locker
-            .run("paths", &opts(30_000), async |_| panic!("body panicked"))
-            .await
-    })
-    .await
-    .expect_err("the panic is resumed");
-    assert!(panicked.is_panic());
-    let msg = panicked
-        .into_panic()
-        .downcast::<&str>()
-        .map(|b| *b)
-        .unwrap_or_default();
-    assert_eq!(msg, "body panicked");
-    assert!(!env.exists(&key).await, "panic");
-    // The caller drops the future mid-body.
-    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-    let locker = env.locker.clone();
-    let task = tokio::spawn(async move {
-        locker
-            .run("paths", &opts(30_000), async |_| {
-                started_tx.send(()).unwrap();
-                std::future::pending::<()>().await;
-            })
-            .await
-    });
-    started_rx.await.unwrap();
-    assert!(env.exists(&key).await);
-    task.abort();
-    eventually(
-        ms(200),
-        "key released after the caller dropped the future",
-        || env_exists_not(&env, &key),
-    )
-    .await;
 }
 
 async fn env_exists_not(env: &Env, key: &str) -> bool {

@@ -2,7 +2,7 @@
 //! deleted, Redis frozen, validity or max_exec run out) cancels the body or ends the call as
 //! lost.
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

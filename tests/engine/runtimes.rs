@@ -4,7 +4,7 @@
 //! leases are still held. Those leases must go on being renewed, and the locker's calls must go
 //! on working although its connections were made in the runtime that shut down.
 
-pub mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //!
 //! One Sentinel set at a time (`SERIAL`): failovers are timed by real Sentinels on 2 cores.
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 
@@ -231,61 +231,4 @@ async fn sentinel_bad_set_ups_are_clear_errors() {
     };
     let key = locker.key_of("job");
     assert!(!exists(set.primary().port, &key).await, "deleted again");
-}
-
-/// `permits` and `shared` through Sentinel with `replicas(1)`: each grant is acknowledged by the
-/// replica (the keys are there), two permits hold at once and a third waits for a release; shared
-/// holders run together while an exclusive caller waits for the last of them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sentinel_permits_and_shared_holds_with_replicas() {
-    let _one = SERIAL.lock().await;
-    let set = SentinelSet::start().await;
-    let locker = sentinel_locker(&set, 1).await;
-    let permits = LockOptions::new(ms(10_000)).with_permits(2);
-    let first = locker.acquire("partner", &permits).await.unwrap();
-    let second = locker.acquire("partner", &permits).await.unwrap();
-    assert!(second.fence() > first.fence());
-    let busy = locker.acquire("partner", &permits).await.unwrap_err();
-    assert!(matches!(busy, LockError::Busy { .. }), "{busy}");
-    let other = LockOptions::new(ms(10_000)).with_shared(true);
-    let err = locker.acquire("partner", &other).await.unwrap_err();
-    assert!(matches!(err, LockError::Config { .. }), "{err}");
-    assert!(err.to_string().contains("held with permits = 2"), "{err}");
-    let waiter = {
-        let (locker, o) = (locker.clone(), permits.with_wait(ms(5_000)));
-        tokio::spawn(async move { locker.acquire("partner", &o).await })
-    };
-    first.release().await.unwrap();
-    let third = waiter.await.unwrap().expect("the released permit");
-    assert!(third.fence() > second.fence());
-
-    let shared = LockOptions::new(ms(10_000)).with_shared(true);
-    let a = locker.acquire("catalog", &shared).await.unwrap();
-    let b = locker.acquire("catalog", &shared).await.unwrap();
-    let replica = set.replicas()[0].port;
-    let key = locker.key_of("catalog");
-    assert!(
-        exists(replica, &key).await,
-        "the shared hold reached the replica"
-    );
-    let exclusive = LockOptions::new(ms(10_000)).with_wait(ms(5_000));
-    let writer = {
-        let locker = locker.clone();
-        tokio::spawn(async move { locker.acquire("catalog", &exclusive).await })
-    };
-    a.release().await.unwrap();
-    assert!(
-        !writer.is_finished(),
-        "a writer got in beside a shared holder"
-    );
-    let last_fence = b.fence();
-    b.release().await.unwrap();
-    let writer = writer
-        .await
-        .unwrap()
-        .expect("the lock after the last reader");
-    assert!(writer.fence() > last_fence);
-    for lease in [second, third, writer] {
-        lease.release().await.unwrap();
-    }
 }

@@ -1,7 +1,8 @@
 //! `shared`: a read-write lock. Shared holds of a name run together, an exclusive one runs alone,
-//! and waiters are served in arrival order.
+//! and waiters are served in arrival order (an exclusive waiter before later shared callers:
+//! a case of `behaviour.rs`, run on every deployment that has `shared`).
 
-pub mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -111,57 +112,6 @@ async fn queued(raw: &redis::aio::MultiplexedConnection, name: &str) -> usize {
         redis::cmd("ZCARD").arg(format!("lock:{{{name}}}:waiters")),
     )
     .await
-}
-
-/// A waiting exclusive caller is not starved: a shared caller that comes after it waits behind
-/// it, although the lock is shared meanwhile; the last shared holder's release hands the lock to
-/// the exclusive waiter at once (not when the key would expire).
-#[tokio::test]
-async fn an_exclusive_waiter_goes_before_shared_callers_that_came_after_it() {
-    let env = Env::start().await;
-    let raw = raw_connection(&env.server.url()).await;
-    let shared = LockOptions::new(ms(10_000))
-        .with_shared(true)
-        .with_wait(ms(10_000));
-    let first = env.locker.acquire("rw", &shared).await.unwrap();
-    let exclusive = LockOptions::new(ms(10_000)).with_wait(ms(10_000));
-    let writer = {
-        let locker = env.locker.clone();
-        tokio::spawn(async move {
-            let lease = locker.acquire("rw", &exclusive).await.unwrap();
-            let got = Instant::now();
-            tokio::time::sleep(ms(100)).await;
-            lease.release().await.unwrap();
-            got
-        })
-    };
-    eventually(ms(2_000), "the writer queues", || async {
-        queued(&raw, "rw").await == 1
-    })
-    .await;
-    let reader = {
-        let locker = env.locker.clone();
-        tokio::spawn(async move {
-            let lease = locker.acquire("rw", &shared).await.unwrap();
-            let got = Instant::now();
-            lease.release().await.unwrap();
-            got
-        })
-    };
-    eventually(ms(2_000), "the later reader queues", || async {
-        queued(&raw, "rw").await == 2
-    })
-    .await;
-    let released = Instant::now();
-    first.release().await.unwrap();
-    let (writer_got, reader_got) = (writer.await.unwrap(), reader.await.unwrap());
-    assert!(
-        writer_got < reader_got,
-        "the later shared caller went first"
-    );
-    let handed = writer_got - released;
-    assert!(handed < ms(1_000), "handed to the writer after {handed:?}");
-    assert_every_key_expires(&env.server).await;
 }
 
 /// An exclusive holder's release with shared callers queued lets them all in together, at once.

@@ -1,10 +1,9 @@
-//! Waiting for a lock: waiters queue in arrival order and are woken by the release (not by
-//! polling), a wait runs out with Busy, a locker subscribes once however often it waits and
-//! leaves nothing behind, and the queue cleans up after waiters that left or vanished.
+//! Waiting for a lock on one server: a wait runs out with Busy, a locker subscribes once however
+//! often it waits and leaves nothing behind, and the queue cleans up after waiters that left or
+//! vanished. Arrival order and the hand-over on release are cases of `behaviour.rs`, run on
+//! every deployment.
 
-pub mod support;
-
-use std::sync::Arc;
+use crate::support;
 
 use lock_runtime::LockError;
 use support::monitor::{Command, Monitor};
@@ -12,27 +11,9 @@ use support::queue::{
     first_waiter, queue_len, queue_stalled_waiter, queue_taker, queue_waiter, queued,
 };
 use support::{
-    Env, acquire_timed, assert_every_key_expires, assert_handed_over_within, cycle, eventually, ms,
-    opts, query, set_for, spawn_acquire, take_timed, timed, within,
+    Env, acquire_timed, assert_every_key_expires, cycle, eventually, ms, opts, query, set_for,
+    spawn_acquire, timed, within,
 };
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiter_is_woken_by_the_release_not_by_polling() {
-    let env = Env::start().await;
-    // A long ttl: a waiter relying on the PTTL would wait 10 s.
-    let holder = env.locker.acquire("handoff", &opts(10_000)).await.unwrap();
-    let waiting = opts(10_000).with_wait(ms(5_000));
-    let waiter = take_timed(env.second_locker().await, "handoff", waiting);
-    // Let the waiter subscribe and park.
-    let channel = format!("{}:released", env.key("handoff"));
-    eventually(ms(2_000), "the waiter subscribed", || async {
-        env.subscribers(&channel).await > 0
-    })
-    .await;
-    // Bounded well below the holder's 10 s ttl (no latency bound: a loaded machine stretches it).
-    assert_handed_over_within(holder, waiter, ms(5_000), "hand-off latency").await;
-    assert_every_key_expires(&env.server).await;
-}
 
 #[tokio::test]
 async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
@@ -53,38 +34,6 @@ async fn wait_runs_out_with_busy_and_zero_wait_tries_once() {
     let err = env.locker.acquire("busy", &opts(10_000)).await.unwrap_err();
     assert!(matches!(err, LockError::Busy { .. }));
     assert_eq!(env.calls("set").await, 1, "wait = 0 tries exactly once");
-    assert_every_key_expires(&env.server).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_get_the_lock_in_arrival_order() {
-    let env = Env::start().await;
-    let holder = env.locker.acquire("fifo", &opts(10_000)).await.unwrap();
-    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut waiters = Vec::new();
-    for i in 0..5 {
-        let (locker, order) = (env.second_locker().await, order.clone());
-        waiters.push(tokio::spawn(async move {
-            let lease = locker
-                .acquire("fifo", &opts(10_000).with_wait(ms(10_000)))
-                .await
-                .unwrap();
-            order.lock().unwrap().push(i);
-            lease.release().await.unwrap();
-        }));
-        // The next waiter arrives only once this one has its place.
-        queued(&env, "fifo", i + 1).await;
-    }
-    holder.release().await.unwrap();
-    for w in waiters {
-        w.await.unwrap();
-    }
-    assert_eq!(
-        *order.lock().unwrap(),
-        [0, 1, 2, 3, 4],
-        "not served in arrival order"
-    );
-    assert_eq!(queue_len(&env, "fifo").await, 0);
     assert_every_key_expires(&env.server).await;
 }
 
