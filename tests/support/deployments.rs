@@ -76,16 +76,17 @@ impl Servers {
     }
 }
 
-/// Each kind's servers, once started. Held here until the process exits.
-static RUNNING: Mutex<[Option<Arc<Servers>>; 4]> = Mutex::new([None, None, None, None]);
+/// Each kind's servers, once started. Held here until the process exits; a lock per kind, so
+/// that kinds start at the same time.
+static RUNNING: [Mutex<Option<Arc<Servers>>>; 4] = [const { Mutex::new(None) }; 4];
 
 /// Makes the prefixes of the cases unique within the process.
 static CASES: AtomicUsize = AtomicUsize::new(0);
 
 /// Stops every kind's servers: the statics are never dropped, so the process exit does it.
 extern "C" fn stop_all() {
-    if let Ok(mut running) = RUNNING.lock() {
-        for servers in running.iter_mut() {
+    for kind in &RUNNING {
+        if let Ok(mut servers) = kind.lock() {
             drop(servers.take());
         }
     }
@@ -100,8 +101,10 @@ fn servers(kind: Kind) -> Arc<Servers> {
         assert_eq!(registered, 0, "atexit");
     });
     // Held while starting, so that two cases never start the same kind twice.
-    let mut running = RUNNING.lock().unwrap_or_else(|e| e.into_inner());
-    Arc::clone(running[kind.index()].get_or_insert_with(|| Arc::new(Servers::start(kind))))
+    let mut running = RUNNING[kind.index()]
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    Arc::clone(running.get_or_insert_with(|| Arc::new(Servers::start(kind))))
 }
 
 /// A builder for a locker on `servers`, its keys under `prefix`.
