@@ -1,4 +1,7 @@
 //! Compile-time behaviour of `#[distributed_lock]`: what it accepts and how it rejects the rest.
+//! Only what a compiler shows: the expansion compiling, and each error's message and span. The
+//! option rules (durations, permits, shared) are a table in lock-rules that the macro's and the
+//! runtime's tests both run; here `several_errors` shows their errors at their arguments.
 
 #[test]
 fn ui() {
@@ -33,7 +36,7 @@ fn errors_name_no_internals() {
         }
     }
     assert!(
-        seen > 40,
+        seen > 30,
         "only {seen} snapshots read from {}",
         dir.display()
     );

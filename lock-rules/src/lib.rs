@@ -541,6 +541,19 @@ mod tests {
     }
 
     #[test]
+    fn shared_goes_with_one_permit_only() {
+        assert!(check_shared(false, 3).is_none());
+        assert!(check_shared(true, 1).is_none());
+        for permits in [0, 2, MAX_PERMITS] {
+            let message = check_shared(true, permits).unwrap();
+            assert!(
+                message.starts_with(&format!("shared cannot go with permits = {permits}:")),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
     fn formats_like_the_attribute_is_written() {
         assert_eq!(format_ms(0), "0s");
         assert_eq!(format_ms(7), "7ms");

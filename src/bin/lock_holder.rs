@@ -1,5 +1,5 @@
 //! A lock holder in a process of its own, for the fault tests (`tests/faults.rs`, the crashed
-//! holders of `tests/permits.rs`, `tests/shared.rs` and the soaks): pausing or killing it is a
+//! holders of `tests/engine/permits.rs`, `tests/engine/shared.rs` and the soaks): pausing or killing it is a
 //! real process pause or crash, renewal watchdog included.
 //!
 //! ```text

@@ -2,9 +2,9 @@
 //! calls that tests repeat, bounded waits and timings, assertions on errors, a seedable random
 //! source, a log capture, and a guard for tests that must not overlap.
 //!
-//! Each test file declares this module public (`pub mod support;`): these helpers are the suite's
-//! shared interface, so that a test file that uses only some of them is not warned about the
-//! others. A helper that no test file uses is deleted, not kept.
+//! Each test binary declares this module public (`#[path] pub mod support;`): these helpers are
+//! the suite's shared interface, so that a binary that uses only some of them is not warned about
+//! the others. A helper that no test uses is deleted, not kept.
 
 use std::fmt::Display;
 use std::future::Future;
@@ -18,6 +18,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// The kinds of deployment the behaviours run on, started once per process.
+pub mod deployments;
 /// The fenced store, as the test process and the `lock_holder` binary both use it.
 pub mod fenced;
 /// The fenced store's set-up, read-back and history checker (test side only).
@@ -365,35 +367,6 @@ pub fn take_and_release(locker: Locker, name: &'static str, o: LockOptions) -> J
     tokio::spawn(async move { cycle(&locker, name, &o).await })
 }
 
-/// A task that takes the lock `name` (waiting as `o` allows), releases it at once and returns
-/// when it had it in hand.
-pub fn take_timed(locker: Locker, name: &'static str, o: LockOptions) -> JoinHandle<Instant> {
-    tokio::spawn(async move {
-        let lease = locker.acquire(name, &o).await.unwrap();
-        let at = Instant::now();
-        lease.release().await.unwrap();
-        at
-    })
-}
-
-/// Releases `holder` and asserts that `waiter` (a [`take_timed`] task) had the lock at most
-/// `bound` after the release; prints that latency, named `what`.
-pub async fn assert_handed_over_within(
-    holder: Lease,
-    waiter: JoinHandle<Instant>,
-    bound: Duration,
-    what: &str,
-) {
-    let released = Instant::now();
-    holder.release().await.unwrap();
-    let latency = waiter.await.unwrap() - released;
-    println!("{what}: {latency:?}");
-    assert!(
-        latency <= bound,
-        "waiter woke {latency:?} after the release"
-    );
-}
-
 /// Acquires the lock `name`, retrying for up to 5 s while the attempt fails with an error `retry`
 /// accepts (a connection still reconnecting, nodes coming back); any other outcome is returned.
 pub async fn acquire_retrying(
@@ -475,8 +448,8 @@ pub fn assert_increasing(fences: &[u64], what: &str) {
     );
 }
 
-/// Taken by the tests of one file that must not overlap: each test file is a process of its
-/// own, so this orders the tests of that file only (they time real events, or capture logs).
+/// Taken by the tests that must not overlap (they time real events, start a Cluster each, or
+/// capture logs): it orders the tests of one binary, which share one process.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// xorshift64*: small, seedable, good enough to pick faults and operations.

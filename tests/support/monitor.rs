@@ -13,6 +13,8 @@ pub struct Command {
     pub in_script: bool,
     /// The command's name (upper-cased as sent) and its arguments.
     pub args: Vec<String>,
+    /// When the server ran it, in seconds of its clock (wall time, microseconds).
+    pub at: f64,
 }
 
 /// A `MONITOR` connection read by a thread of its own until the value is dropped.
@@ -63,7 +65,7 @@ impl Drop for Monitor {
 /// and `\\` escaped (other escapes are kept as they are: no test argument has them).
 fn parse(line: &str) -> Option<Command> {
     let rest = line.strip_prefix('+')?;
-    let (_, rest) = rest.split_once(" [")?;
+    let (at, rest) = rest.split_once(" [")?;
     let (source, rest) = rest.split_once("] ")?;
     let mut args = Vec::new();
     let mut chars = rest.trim_end().chars();
@@ -91,5 +93,6 @@ fn parse(line: &str) -> Option<Command> {
     Some(Command {
         in_script: source.ends_with(" lua"),
         args,
+        at: at.parse().ok()?,
     })
 }

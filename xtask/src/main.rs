@@ -159,7 +159,7 @@ fn ensure_redis() -> Result<(), String> {
     }
 }
 
-/// tests/python_interop.rs runs the Python article's lock with redis-py, from a virtual
+/// tests/engine/python_interop.rs runs the Python article's lock with redis-py, from a virtual
 /// environment in `<target dir>/tmp/python-venv` (the test finds it through cargo's
 /// `CARGO_TARGET_TMPDIR`). The environment sees the system's packages, so a redis-py installed
 /// there (Debian's python3-redis) is used as it is; otherwise pip installs redis-py into the
@@ -178,14 +178,14 @@ fn ensure_python_redis() -> Result<(), String> {
         return Ok(());
     }
     let by_hand = format!(
-        "tests/python_interop.rs needs redis-py in {venv} (`python3 -m venv \
+        "tests/engine/python_interop.rs needs redis-py in {venv} (`python3 -m venv \
          --system-site-packages {venv} && {python} -m pip install redis`) or in python3 itself \
          (Debian: `apt-get install python3-redis`)"
     );
     if !succeeds("python3", &["--version"]) {
         apt_install(
             &["python3", "python3-venv"],
-            "`python3` was not found, and tests/python_interop.rs runs Python workers with redis-py",
+            "`python3` was not found, and tests/engine/python_interop.rs runs Python workers with redis-py",
         )
         .map_err(|e| format!("{e}; {by_hand}"))?;
     }

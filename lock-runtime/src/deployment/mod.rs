@@ -20,6 +20,8 @@ pub(crate) mod cluster;
 mod exclusive;
 mod failure;
 mod majority;
+#[cfg(test)]
+mod majority_props;
 mod mode;
 mod permits;
 pub(crate) mod redlock;

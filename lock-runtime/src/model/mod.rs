@@ -5,6 +5,8 @@ pub(crate) mod error;
 pub(crate) mod hold;
 pub(crate) mod holder;
 pub(crate) mod keys;
+#[cfg(test)]
+mod keys_props;
 pub(crate) mod options;
 pub(crate) mod output;
 pub(crate) mod random;

@@ -1,5 +1,5 @@
 //! The expansion is lint-clean under strict settings (trybuild runs rustc lints; clippy is
-//! covered by tests/attribute_lints.rs).
+//! covered by tests/engine/attribute_lints.rs).
 #![deny(warnings)]
 #![deny(clippy::all, clippy::pedantic)]
 
