@@ -5,7 +5,7 @@
 //! [`Link`]: crate::transport::link::Link
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -89,6 +89,8 @@ pub(crate) struct Node {
     notifications: Arc<Notifications>,
     /// A renewal went through: the server has the renewal script.
     renew_loaded: AtomicBool,
+    /// The server answered a `PING`: it accepts this URL's credentials (see [`Self::conn`]).
+    answered: AtomicBool,
     /// How many replicas must acknowledge each acquire and renewal (`WAIT`); 0: none.
     replicas: usize,
     /// The bounds of this node's requests, in the schedule its locker's nodes share.
@@ -214,6 +216,7 @@ impl Node {
             rtt,
             notifications,
             renew_loaded: AtomicBool::new(false),
+            answered: AtomicBool::new(false),
             replicas,
             deadlines,
             fence_retention_ms: scripts::DEFAULT_RETENTION_MS,
@@ -301,11 +304,31 @@ impl Node {
         }
     }
 
-    /// A connection for one request.
+    /// A connection for one request. The first one is tried with a `PING`: a server that wants
+    /// credentials closes the connection of a client that sends a long command without them, and
+    /// a script call would fail with a broken pipe instead of the server's `NOAUTH`.
     async fn conn(&self) -> RedisResult<Conn> {
         let conn = self.link.conn().await;
         self.link.check_for_failover(&conn);
-        conn
+        let conn = conn?;
+        if !self.answered.load(Ordering::Relaxed) {
+            // Boxed: a cold path, kept out of every request's future.
+            Box::pin(self.first_contact(conn.clone())).await?;
+        }
+        Ok(conn)
+    }
+
+    /// A `PING` on `conn`; once it is answered, later requests skip it. A `PING` that times out
+    /// is not the error: the request that follows is bounded, and says how long it waited.
+    async fn first_contact(&self, mut conn: Conn) -> RedisResult<()> {
+        let ping = redis::cmd("PING");
+        let limit = self.settings.response_timeout;
+        match self.bounded(limit, ping.query_async::<()>(&mut conn)).await {
+            Ok(()) => self.answered.store(true, Ordering::Relaxed),
+            Err(e) if e.is_timeout() => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
     }
 
     /// Runs `request` bounded by `limit` (the connections bound no reply by themselves, see

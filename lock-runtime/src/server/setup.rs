@@ -27,6 +27,8 @@ impl Node {
             .await
             .map_err(|e| self.setup_error(e))?;
         self.rtt.record(sent.elapsed());
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         self.check_eviction().await?;
         if self.replicas > 0 {
             for (primary, info) in self
