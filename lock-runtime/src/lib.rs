@@ -61,8 +61,6 @@
 //! - `docs/performance.md`: the benchmark, how it measures, the current figures;
 //! - `docs/testing.md`: testing your own locked code against private servers.
 
-#![warn(missing_docs)]
-
 // The engine's layers, declared from the bottom up. Each folder is one layer and imports only
 // layers declared before it, those that the table in `tests/layering.rs` allows (it reads this
 // list and enforces the table; docs/architecture.md shows it).

@@ -64,8 +64,6 @@
 //! }
 //! ```
 
-#![warn(missing_docs)]
-
 mod admin;
 mod clock;
 mod cluster;

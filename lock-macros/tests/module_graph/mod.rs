@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 /// Which module imports which, by name.
 #[derive(Debug, Default)]
-pub struct ModuleGraph {
+pub(crate) struct ModuleGraph {
     /// Every import, from code and tests alike.
     pub edges: BTreeMap<String, BTreeSet<String>>,
     /// The imports that only test code makes (a subset of `edges`).
@@ -39,7 +39,7 @@ pub struct ModuleGraph {
 
 impl ModuleGraph {
     /// Reads every `.rs` file under `src` (recursively); `lib.rs` and `main.rs` are the root.
-    pub fn read(src: &Path) -> io::Result<Self> {
+    pub(crate) fn read(src: &Path) -> io::Result<Self> {
         let mut files = Vec::new();
         rust_files(src, &mut files)?;
         let mut modules = BTreeMap::<String, String>::new();
@@ -102,7 +102,7 @@ impl ModuleGraph {
     }
 
     /// A cycle of imports, as the modules along it with the first repeated at the end.
-    pub fn find_cycle(&self) -> Option<Vec<String>> {
+    pub(crate) fn find_cycle(&self) -> Option<Vec<String>> {
         #[derive(Clone, Copy, PartialEq)]
         enum Mark {
             Open,
@@ -142,7 +142,7 @@ impl ModuleGraph {
     }
 
     /// Panics with the cycle, if there is one.
-    pub fn assert_acyclic(&self) {
+    pub(crate) fn assert_acyclic(&self) {
         if let Some(cycle) = self.find_cycle() {
             panic!(
                 "modules import each other: {}; move what both need into a module below them",
@@ -178,7 +178,7 @@ fn test_module_files(files: &[PathBuf]) -> io::Result<BTreeSet<PathBuf>> {
 
 /// Code (comments and strings removed already) split into what is compiled always and the items
 /// under `#[cfg(test)]`: each such item runs to its `;`, or to the brace that closes its body.
-pub fn split_tests(code: &str) -> (String, String) {
+pub(crate) fn split_tests(code: &str) -> (String, String) {
     const MARK: &str = "#[cfg(test)]";
     let (mut always, mut test) = (String::new(), String::new());
     let mut rest = code;
@@ -209,7 +209,7 @@ pub fn split_tests(code: &str) -> (String, String) {
 }
 
 /// Every `.rs` file under `dir`, into `out`, in path order.
-pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
+pub(crate) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     let mut entries: Vec<PathBuf> = fs::read_dir(dir)?
         .map(|e| e.map(|e| e.path()))
         .collect::<io::Result<_>>()?;
@@ -226,7 +226,7 @@ pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
 
 /// The source without comments, string and char literals (each replaced by a space), so that
 /// `crate::` in them is not taken for an import.
-pub fn code_only(source: &str) -> String {
+pub(crate) fn code_only(source: &str) -> String {
     let chars: Vec<char> = source.chars().collect();
     let mut out = String::with_capacity(source.len());
     let mut i = 0;
@@ -318,7 +318,7 @@ fn ident_char(c: Option<char>) -> bool {
 }
 
 /// The first segment after each `crate::`, with `crate::{a::b, c}` giving `a` and `c`.
-pub fn crate_paths(code: &str) -> Vec<String> {
+pub(crate) fn crate_paths(code: &str) -> Vec<String> {
     let chars: Vec<char> = code.chars().collect();
     let mut found = Vec::new();
     let mut i = 0;
