@@ -31,6 +31,9 @@ pub(crate) fn future_sizes(locker: &Locker) -> (usize, usize) {
 pub(crate) enum Cycle {
     /// SET NX PX, then EVALSHA compare-and-delete, on a MultiplexedConnection.
     Floor,
+    /// The floor a fenced lock cannot beat: SET NX PX and INCR of a fence counter pipelined,
+    /// then EVALSHA compare-and-delete.
+    FencedFloor,
     /// The floor plus the server work that fencing and wake-ups add, on the same connection: one
     /// script that does SET NX PX and INCR of a fence counter, one that does compare-and-delete
     /// and PUBLISH.
@@ -51,6 +54,7 @@ impl Cycle {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Cycle::Floor => "floor",
+            Cycle::FencedFloor => "fenced floor",
             Cycle::ScriptFloor => "floor+fence+publish scripts",
             Cycle::Rslock => "rslock",
             Cycle::Acquire => "acquire+release",
@@ -126,6 +130,26 @@ pub(crate) async fn one_cycle(
             assert!(
                 raw_release(raw, &t.release_sha, key, &token).await,
                 "floor: {key} not ours"
+            );
+        }
+        Cycle::FencedFloor => {
+            let token = format!("{seq:022x}");
+            let (taken, fence): (Option<String>, u64) = redis::pipe()
+                .cmd("SET")
+                .arg(key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(CYCLE_TTL_MS)
+                .cmd("INCR")
+                .arg(format!("{key}:fence"))
+                .query_async(raw)
+                .await
+                .expect("SET NX PX + INCR");
+            assert!(taken.is_some() && fence > 0, "fenced floor: {key} was busy");
+            assert!(
+                raw_release(raw, &t.release_sha, key, &token).await,
+                "fenced floor: {key} not ours"
             );
         }
         Cycle::ScriptFloor => {

@@ -12,6 +12,7 @@ use crate::profile::per_cycle_profile;
 use crate::report::{Report, Verdict, rate, us, verdict};
 
 const FLOOR: &str = "SET NX PX + EVALSHA del";
+const FENCED_FLOOR: &str = "SET NX PX and INCR pipelined + EVALSHA del";
 /// The bound on the server CPU of the engine's cycle, as a multiple of the floor's.
 const SERVER_CPU_TARGET: f64 = 1.3;
 
@@ -25,6 +26,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
 
     let kinds = [
         Cycle::Floor,
+        Cycle::FencedFloor,
         Cycle::ScriptFloor,
         Cycle::Rslock,
         Cycle::Acquire,
@@ -73,6 +75,26 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         "(diagnostic)",
         Verdict::Info,
     );
+    let fenced_floor = format!(
+        "{} ({FENCED_FLOOR}; {} of the floor)",
+        rate(one.rate(Cycle::FencedFloor)),
+        one.ratio_text(Cycle::FencedFloor, Cycle::Floor)
+    );
+    let fenced = [
+        ("1h", "Locker::acquire + Lease::release", Cycle::Acquire),
+        ("1i", "#[distributed_lock] with guard", Cycle::AttrFenced),
+    ];
+    for (id, case, kind) in fenced {
+        report.row(
+            id,
+            &format!("uncontended, 1 task, {place}: {case}, against the fenced floor"),
+            rate(one.rate(kind)),
+            fenced_floor.clone(),
+            one.ratio_text(kind, Cycle::FencedFloor),
+            ">= 0.95",
+            verdict(one.ratio(kind, Cycle::FencedFloor) >= 0.95),
+        );
+    }
     report.row(
         "1d",
         &format!("uncontended, 1 task, {place}: floor + fence INCR + PUBLISH, as 2 scripts"),
