@@ -9,11 +9,10 @@ use support::monitor::Monitor;
 use support::{Env, cycle, eventually, lost_reason, ms, opts};
 use tokio::time::Instant;
 
-/// An uncontended release is one EVALSHA that takes the script's shortest path: GET and DEL,
-/// with no look at the queue (a waiter would have marked the value); a release that records its
-/// fence also reads and raises the counter. The call declares the lock's four keys and sends
-/// every argument (the script spells no name: the channels and marks come with it), with
-/// nothing to keep, publish always or look at.
+/// An uncontended release is one EVALSHA of the short release script: GET and DEL, with no look
+/// at the queue (a waiter would have marked the value). Without a fence to record it sends the
+/// lock's key and the token alone; a release that records its fence also declares the counter,
+/// sends the retention and the fence, and reads and raises the counter.
 #[tokio::test]
 async fn an_uncontended_release_takes_the_shortest_path() {
     let env = Env::start().await;
@@ -41,19 +40,24 @@ async fn an_uncontended_release_takes_the_shortest_path() {
             .filter(|c| !c.in_script && c.args[0].eq_ignore_ascii_case("EVALSHA"))
             .collect();
         assert_eq!(scripts.len(), 1, "fenced {fenced}: {commands:?}");
-        // The keys (the lock's first), then the token, the retention (the locker's default, 7
-        // days), the fence to record (0: none), the publish command, and nothing to keep,
-        // publish always or look at.
         let args = &scripts[0].args[2..];
-        assert_eq!(args[..2], ["4".to_owned(), key.clone()], "fenced {fenced}");
-        let record = if fenced {
-            fence.to_string()
+        if fenced {
+            // The key and the counter, then the token, the retention (the locker's default, 7
+            // days) and the fence to record.
+            let expected = ["2".to_owned(), key.clone(), format!("{key}:fence"), token];
+            assert_eq!(args[..4], expected, "fenced {fenced}");
+            assert_eq!(
+                args[4..],
+                [week.clone(), fence.to_string()],
+                "fenced {fenced}"
+            );
         } else {
-            "0".to_owned()
-        };
-        let expected = [token, week.clone(), record, "PUBLISH".into(), "0".into()];
-        assert_eq!(args[5..10], expected, "fenced {fenced}");
-        assert_eq!(args[10..12], ["0", "0"], "fenced {fenced}");
+            assert_eq!(
+                args,
+                ["1".to_owned(), key.clone(), token],
+                "fenced {fenced}"
+            );
+        }
         let inner: Vec<_> = commands
             .iter()
             .filter(|c| c.in_script)

@@ -44,8 +44,8 @@ pub(crate) struct Acquirer {
 struct Taken {
     token: String,
     fence: u64,
-    /// The fence counter is to be written at release (plain-command path).
-    record_fence: bool,
+    /// Taken by the plain-command path (see `Acquired::Granted`).
+    plain: bool,
     /// When the request that set the key was sent (no later than the server set it).
     sent: Instant,
     /// How long the key was set for.
@@ -456,7 +456,7 @@ impl Acquirer {
         let granted = Taken {
             token: token.clone(),
             fence: grant.fence,
-            record_fence: false,
+            plain: false,
             sent: *sent,
             set_for: grace,
             held,
@@ -501,14 +501,14 @@ impl Acquirer {
         let (outcome, early) = self
             .acquire_renewing_early(acquire, lock_name, keys, &token, opts, sent)
             .await;
-        let (fence, record_fence, granted, late, held) = match outcome {
+        let (fence, plain, granted, late, held) = match outcome {
             Ok(Acquired::Granted {
                 fence,
-                record_fence,
+                plain,
                 nodes,
                 late,
                 held,
-            }) => (fence, record_fence, nodes, late, held),
+            }) => (fence, plain, nodes, late, held),
             other => {
                 in_flight.settle();
                 return self.not_granted(keys, other);
@@ -525,7 +525,7 @@ impl Acquirer {
         let taken = Taken {
             token,
             fence,
-            record_fence,
+            plain,
             sent,
             set_for: ttl,
             held,
@@ -581,7 +581,7 @@ impl Acquirer {
         let taken = Taken {
             token: token.to_owned(),
             fence: 0,
-            record_fence: false,
+            plain: false,
             sent,
             set_for: opts.lease(),
             held: Held::Key,
@@ -669,7 +669,7 @@ impl Acquirer {
     ) -> Lease {
         let name = name.take().unwrap_or_default();
         let (state, renewing) = match early {
-            Some(early) => early.granted(taken.fence, taken.record_fence),
+            Some(early) => early.granted(taken.fence, taken.plain),
             None => {
                 let first_renewal = first_renewal(&taken, opts);
                 let state = Arc::new(LeaseState::new(granted(name, keys, taken, opts)));
@@ -707,7 +707,7 @@ fn granted(name: String, keys: &Keys, taken: Taken, opts: &LockOptions) -> Grant
         token: taken.held.token(taken.token),
         held: taken.held,
         fence: taken.fence,
-        record_fence: taken.record_fence,
+        plain: taken.plain,
         ttl: opts.lease(),
         set_for: taken.set_for,
         renew: opts.renew(),
@@ -726,8 +726,8 @@ struct Early {
 
 impl Early {
     /// The lease and its renewal, granted with `fence`.
-    fn granted(mut self, fence: u64, record_fence: bool) -> (Arc<LeaseState>, Renewing) {
-        self.state.grant(fence, record_fence);
+    fn granted(mut self, fence: u64, plain: bool) -> (Arc<LeaseState>, Renewing) {
+        self.state.grant(fence, plain);
         let renewing = self.renewing.take().expect("granted once");
         (Arc::clone(&self.state), renewing)
     }

@@ -57,9 +57,9 @@ impl Deployment {
                 Ok(FastReply::Taken { fence }) => {
                     return Ok(Acquired::Granted {
                         fence,
-                        // No fence, nothing to record (a nested call that needs one writes the
-                        // counter when it computes it).
-                        record_fence: ask.fenced,
+                        // Without a fence there is nothing to record (a nested call that needs
+                        // one writes the counter when it computes it): the release sends 0.
+                        plain: true,
                         nodes: vec![0],
                         late: Fanout::none(),
                         held: Held::Key,
@@ -126,7 +126,7 @@ impl Deployment {
             if majority.reached(granted.len() - raise_failures.len()) {
                 return Ok(Acquired::Granted {
                     fence,
-                    record_fence: false,
+                    plain: false,
                     nodes: granted,
                     late: fanout,
                     held: Held::Key,

@@ -120,8 +120,9 @@ pub(crate) enum Acquired {
     /// out (late grants are part of the lease: renewed and released with the rest).
     Granted {
         fence: u64,
-        /// Taken by the plain-command path: the fence counter is written at release.
-        record_fence: bool,
+        /// Taken by the plain-command path: no waiter had queued then (its release tries the
+        /// short script first), and the fence counter is written at release.
+        plain: bool,
         nodes: Vec<usize>,
         late: Late,
         held: Held,
@@ -192,6 +193,7 @@ impl Deployment {
             fence_retention_ms: self.fence_retention_ms,
             // An undo is rare; waiters queued meanwhile may not have marked the value.
             look_at_queue: true,
+            short_first: false,
         }
     }
 

@@ -89,7 +89,7 @@ impl Deployment {
             Ok(PermitReply::Taken { fence, permit }) => {
                 return Ok(Acquired::Granted {
                     fence,
-                    record_fence: false,
+                    plain: false,
                     nodes: vec![0],
                     late: Fanout::none(),
                     held: Held::Permit {

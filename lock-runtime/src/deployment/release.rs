@@ -50,14 +50,11 @@ impl Deployment {
         let how = Release {
             keep_ms: lease.keep_ms(),
             always_publish: self.traits.always_publish,
-            record_fence: if lease.records_fence() {
-                lease.fence()
-            } else {
-                0
-            },
+            record_fence: if lease.is_plain() { lease.fence() } else { 0 },
             fence_retention_ms: self.fence_retention_ms,
             // No waiter marks a permit's value: its release looks at the queue all the same.
             look_at_queue: lease.is_permit(),
+            short_first: lease.is_plain(),
         };
         // One server decides alone: no shared request, no tally (nothing allocated).
         if let Some(node) = self.alone() {
@@ -96,6 +93,7 @@ impl Deployment {
             fence_retention_ms: self.fence_retention_ms,
             // The value seen may carry the waiters' mark: the waiters are served either way.
             look_at_queue: true,
+            short_first: false,
         };
         let (t, failures) = self.release_everywhere(keys, value, how).await;
         match self.majority.verdict(t) {

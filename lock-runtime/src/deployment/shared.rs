@@ -66,7 +66,7 @@ impl Deployment {
             Ok((AcquireReply::Taken { fence }, Some(place))) => {
                 return Ok(Acquired::Granted {
                     fence,
-                    record_fence: false,
+                    plain: false,
                     nodes: vec![0],
                     late: Fanout::none(),
                     held: Held::Shared {

@@ -95,7 +95,7 @@ impl Lease {
             token: String::new(),
             held: Held::Key,
             fence: 0,
-            record_fence: false,
+            plain: false,
             // Valid past `max_exec` (at most `ttl - drift`): only `max_exec` ends the body.
             ttl: opts.ttl(),
             set_for: opts.ttl(),

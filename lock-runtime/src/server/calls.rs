@@ -306,6 +306,41 @@ impl<K: AsRef<str>> Call for Release<'_, K> {
     }
 }
 
+/// `RELEASE_SHORT`: the common release, tried first by a lease taken by the plain commands.
+pub(crate) struct ReleaseShort<'a, K: AsRef<str>> {
+    /// The names of the lease's key.
+    pub keys: &'a Keys<K>,
+    /// The lease's token.
+    pub token: &'a str,
+    /// The fence to record and the counter's retention.
+    pub how: &'a How,
+}
+
+impl<K: AsRef<str>> Call for ReleaseShort<'_, K> {
+    fn script(&self) -> &'static Script {
+        &scripts::RELEASE_SHORT
+    }
+    // Without a fence to record, the counter is neither touched nor sent: the key and the token.
+    fn numkeys(&self) -> usize {
+        if self.how.record_fence == 0 { 1 } else { 2 }
+    }
+    fn size(&self) -> (usize, usize) {
+        let key = self.keys.key.as_ref().len();
+        (5, 2 * key + self.token.len() + 60)
+    }
+    fn write(&self, cmd: &mut Cmd) {
+        cmd.arg(self.keys.key.as_ref());
+        if self.how.record_fence == 0 {
+            cmd.arg(self.token);
+            return;
+        }
+        cmd.arg(self.keys.fence())
+            .arg(self.token)
+            .arg(self.how.fence_retention_ms)
+            .arg(self.how.record_fence);
+    }
+}
+
 /// `RELEASE_SHARED`: one shared holder leaves.
 pub(crate) struct ReleaseShared<'a, K: AsRef<str>> {
     /// The lock's names.

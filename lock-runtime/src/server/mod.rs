@@ -27,7 +27,7 @@ use crate::transport::link::{Conn, FailoverWatch, Link};
 use crate::transport::sentinel::SentinelLink;
 use calls::Call;
 use pubsub::{Notifications, Source, Subscription, Wake};
-use replies::{Raised, Released};
+use replies::{Raised, Released, ShortRelease};
 use url::bad_url;
 
 mod acquire;
@@ -76,6 +76,9 @@ pub(crate) struct Release {
     /// plain-command path took, which does not know whether waiters queue (see
     /// `Deployment::acquire`).
     pub look_at_queue: bool,
+    /// A lease taken by the plain commands: no waiter had queued then, so the key most likely
+    /// holds the token unmarked, and `RELEASE_SHORT` is tried first (see [`Node::release`]).
+    pub short_first: bool,
 }
 
 /// One logical server. `link` carries commands; `notifications` carries release messages on a
@@ -238,6 +241,7 @@ impl Node {
             record_fence: 0,
             fence_retention_ms: self.fence_retention_ms,
             look_at_queue: true,
+            short_first: false,
         }
     }
 
@@ -446,20 +450,36 @@ impl Node {
     }
 
     /// Compare-and-delete (or keep for `keep_ms`, or hand over to the first waiter); true when
-    /// the key was ours. See [`scripts::RELEASE`].
+    /// the key was ours. See [`scripts::RELEASE`]; a lease taken by the plain commands tries
+    /// [`scripts::RELEASE_SHORT`] first, and sends `RELEASE` only when a waiter marked its key
+    /// (or it is no longer ours).
     pub(crate) async fn release(
         &self,
         keys: &Keys<impl AsRef<str>>,
         token: &str,
         how: &Release,
     ) -> RedisResult<bool> {
+        let limit = self.settings.response_timeout;
+        let short = how.short_first
+            && how.keep_ms == 0
+            && !how.always_publish
+            && !how.look_at_queue
+            && keys.permits() == 0;
+        if short {
+            let call = calls::ReleaseShort { keys, token, how };
+            let (done, _): (ShortRelease, _) = self
+                .eval(call.script(), &call.command(), None, limit)
+                .await?;
+            if done == ShortRelease::Released {
+                return Ok(self.released(keys, Released::Ours, how));
+            }
+        }
         let call = calls::Release {
             keys,
             token,
             how,
             publish: self.publish_command(),
         };
-        let limit = self.settings.response_timeout;
         let (done, _) = self
             .eval(call.script(), &call.command(), None, limit)
             .await?;

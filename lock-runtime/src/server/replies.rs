@@ -108,6 +108,25 @@ impl FromRedisValue for Released {
     }
 }
 
+/// The reply of `RELEASE_SHORT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ShortRelease {
+    /// 1: the key held the token unmarked, and was deleted.
+    Released,
+    /// 0: the key holds anything else, untouched: `RELEASE` decides.
+    NotShort,
+}
+
+impl FromRedisValue for ShortRelease {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match v {
+            Value::Int(1) => Ok(ShortRelease::Released),
+            Value::Int(0) => Ok(ShortRelease::NotShort),
+            other => Err(unexpected("short release", &other)),
+        }
+    }
+}
+
 /// One lease's outcome in a renewal (`RENEW`, `RENEW_ANY_SLOT`; the reply is one per lease).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Renewal {

@@ -13,13 +13,13 @@ use redis::{Arg, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
 use super::acquire::AcquireRequest;
 use super::calls::{self, Call};
-use super::replies::{Attempt, Forgot, Raised, Released, Renewal};
+use super::replies::{Attempt, Forgot, Raised, Released, Renewal, ShortRelease};
 use super::{FenceReply, Release, Waiter};
 use crate::model::keys::{KeyFormat, Keys};
 
 use super::scripts::{
     ACQUIRE, ACQUIRE_PERMIT, ACQUIRE_SHARED, ACQUIRE_UNQUEUED, FENCE, FORGET_PERMIT, RAISE_FENCE,
-    RELEASE, RELEASE_SHARED, RENEW, RENEW_ANY_SLOT,
+    RELEASE, RELEASE_SHARED, RELEASE_SHORT, RENEW, RENEW_ANY_SLOT,
 };
 
 /// What a key holds before the call, or is expected to hold after it.
@@ -295,6 +295,24 @@ fn command(row: &Row) -> redis::Cmd {
         }
         .command();
     }
+    if is(&RELEASE_SHORT) {
+        let a = |i: usize| row.args[i].parse::<u64>().unwrap();
+        let how = Release {
+            keep_ms: 0,
+            always_publish: false,
+            record_fence: a(2),
+            fence_retention_ms: a(1),
+            look_at_queue: false,
+            short_first: true,
+        };
+        let token = row.args[0];
+        return calls::ReleaseShort {
+            keys: &lock,
+            token,
+            how: &how,
+        }
+        .command();
+    }
     if is(&RELEASE) || is(&RELEASE_SHARED) {
         release_command(row, &lock, &permits)
     } else {
@@ -314,6 +332,7 @@ fn release_command(row: &Row, lock: &Keys, permits: &[Keys]) -> redis::Cmd {
             record_fence: 0,
             fence_retention_ms: n(2, default),
             look_at_queue: false,
+            short_first: false,
         };
         let (value, place, publish) = (a(0), a(1), a(3));
         let call = calls::ReleaseShared {
@@ -332,6 +351,7 @@ fn release_command(row: &Row, lock: &Keys, permits: &[Keys]) -> redis::Cmd {
         record_fence: n(2, 0),
         fence_retention_ms: n(1, default),
         look_at_queue: row.args.len() >= 5,
+        short_first: false,
     };
     let keys = if row.keys[0] == P0 { &permits[0] } else { lock };
     let publish = if a(3).is_empty() { "PUBLISH" } else { a(3) };
@@ -384,6 +404,8 @@ fn decodes(row: &Row, reply: &Value) -> bool {
     let v = reply.clone();
     if is(&RELEASE) || is(&RELEASE_SHARED) {
         Released::from_redis_value(v).is_ok()
+    } else if is(&RELEASE_SHORT) {
+        ShortRelease::from_redis_value(v).is_ok()
     } else if is(&RENEW) || is(&RENEW_ANY_SLOT) {
         Vec::<Renewal>::from_redis_value(v).is_ok()
     } else if is(&FORGET_PERMIT) {
@@ -458,11 +480,12 @@ async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>, publish: &'sta
 /// all the rows: it takes about 2 s to start.
 #[tokio::test]
 async fn every_row_on_a_cluster_primary() {
-    let tables: [fn() -> Vec<Row>; 9] = [
+    let tables: [fn() -> Vec<Row>; 10] = [
         acquire_table_rows,
         acquire_unqueued_table_rows,
         renew_table_rows,
         release_table_rows,
+        release_short_table_rows,
         acquire_permit_table_rows,
         forget_permit_table_rows,
         acquire_shared_table_rows,
@@ -1124,6 +1147,103 @@ fn release_table_rows_3() -> Vec<Row> {
             ],
         )
     }]
+}
+
+#[tokio::test]
+async fn release_short_table() {
+    run(release_short_table_rows()).await;
+}
+
+/// RELEASE_SHORT of `t;w=0`, recording fence `record` (0: none).
+fn short_row(
+    what: &'static str,
+    before: Before,
+    record: &'static str,
+    reply: i64,
+    after: After,
+) -> Row {
+    Row {
+        what,
+        script: &RELEASE_SHORT,
+        before,
+        // Without a fence to record, the call sends the key and the token alone.
+        keys: if record == "0" {
+            vec![LOCK]
+        } else {
+            vec![LOCK, FENCE_KEY]
+        },
+        args: vec!["t;w=0", "60000", record],
+        reply: Int(reply),
+        after,
+    }
+}
+
+/// The rows of `release_short_table`.
+fn release_short_table_rows() -> Vec<Row> {
+    let held = || (LOCK, Str("t;w=0"), Some(5000));
+    vec![
+        short_row(
+            "ours, unmarked: deleted",
+            vec![held()],
+            "0",
+            1,
+            vec![(LOCK, Absent, Ttl::Any), (FENCE_KEY, Absent, Ttl::Any)],
+        ),
+        short_row(
+            "a fence to record: the counter is raised, kept for the retention",
+            vec![held()],
+            "100",
+            1,
+            vec![
+                (LOCK, Absent, Ttl::Any),
+                (FENCE_KEY, Str("100"), Ttl::About(60000)),
+            ],
+        ),
+        short_row(
+            "a fence below the counter: the counter stays",
+            vec![held(), (FENCE_KEY, Str("200"), Some(9000))],
+            "100",
+            1,
+            vec![
+                (LOCK, Absent, Ttl::Any),
+                (FENCE_KEY, Str("200"), Ttl::About(9000)),
+            ],
+        ),
+        short_row(
+            "a counter that is not a number stays; the key is deleted",
+            vec![held(), (FENCE_KEY, Str("abc"), None)],
+            "100",
+            1,
+            vec![(LOCK, Absent, Ttl::Any), (FENCE_KEY, Str("abc"), Ttl::None)],
+        ),
+        short_row(
+            "a waiter's mark: untouched, left to RELEASE",
+            vec![(LOCK, Str("t;w=1"), Some(5000))],
+            "100",
+            0,
+            vec![
+                (LOCK, Str("t;w=1"), Ttl::About(5000)),
+                (FENCE_KEY, Absent, Ttl::Any),
+            ],
+        ),
+        short_row(
+            "another holder's value: untouched",
+            vec![(LOCK, Str("o;w=0"), Some(5000))],
+            "100",
+            0,
+            vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (FENCE_KEY, Absent, Ttl::Any),
+            ],
+        ),
+        short_row(
+            "a key of another type: untouched",
+            vec![(LOCK, List, None)],
+            "0",
+            0,
+            vec![(LOCK, List, Ttl::None)],
+        ),
+    ]
 }
 
 #[tokio::test]

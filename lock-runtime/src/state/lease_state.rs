@@ -28,8 +28,10 @@ pub(crate) struct LeaseState {
     pub also_renews: Option<(String, String)>,
     /// 0 until computed, for a lease taken without one (see `LockOptions::without_fence`).
     fence: AtomicU64,
-    /// The fence counter is written at release (the lease came by the plain-command path).
-    record_fence: AtomicBool,
+    /// The lease came by the plain-command path: no waiter had queued when it was taken (its
+    /// release tries the short script first), and its fence is written to the counter at
+    /// release.
+    plain: AtomicBool,
     /// The key's expiry, set again at each renewal (the options' `lease`).
     pub ttl: Duration,
     pub renew: Duration,
@@ -84,7 +86,7 @@ pub(crate) struct Granted {
     pub token: String,
     pub held: Held,
     pub fence: u64,
-    pub record_fence: bool,
+    pub plain: bool,
     /// The key's expiry (the options' `lease`).
     pub ttl: Duration,
     /// How long the key was set for by the request sent at `started`: the ttl, or the waiter's
@@ -148,7 +150,7 @@ impl LeaseState {
             token: g.token,
             held: g.held,
             fence: AtomicU64::new(g.fence),
-            record_fence: AtomicBool::new(g.record_fence),
+            plain: AtomicBool::new(g.plain),
             ttl: g.ttl,
             renew: g.renew,
             drift,
@@ -166,9 +168,9 @@ impl LeaseState {
     }
 
     /// The acquire of a [`Self::provisional`] lease was granted, with this fence.
-    pub(crate) fn grant(&self, fence: u64, record_fence: bool) {
+    pub(crate) fn grant(&self, fence: u64, plain: bool) {
         self.set_fence(fence);
-        self.record_fence.store(record_fence, Ordering::Release);
+        self.plain.store(plain, Ordering::Release);
         self.granted.store(true, Ordering::Release);
     }
 
@@ -183,9 +185,9 @@ impl LeaseState {
         self.ended.store(true, Ordering::Release);
     }
 
-    /// Whether the fence counter is to be written at release (plain-command path).
-    pub(crate) fn records_fence(&self) -> bool {
-        self.record_fence.load(Ordering::Acquire)
+    /// Whether the lease came by the plain-command path (see the field).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.plain.load(Ordering::Acquire)
     }
 
     /// How often this lease is renewed when a round trip takes `rtt` (see [`renew_period`]).
