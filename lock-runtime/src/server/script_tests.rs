@@ -295,29 +295,30 @@ fn command(row: &Row) -> redis::Cmd {
         }
         .command();
     }
-    if is(&RELEASE_SHORT) {
-        let a = |i: usize| row.args[i].parse::<u64>().unwrap();
-        let how = Release {
-            keep_ms: 0,
-            always_publish: false,
-            record_fence: a(2),
-            fence_retention_ms: a(1),
-            look_at_queue: false,
-            short_first: true,
-        };
-        let token = row.args[0];
-        return calls::ReleaseShort {
-            keys: &lock,
-            token,
-            how: &how,
-        }
-        .command();
-    }
     if is(&RELEASE) || is(&RELEASE_SHARED) {
         release_command(row, &lock, &permits)
     } else {
         other_command(row, &lock)
     }
+}
+
+/// The call of a `RELEASE_SHORT` row: token, retention, fence to record (see `command`).
+fn short_release_command(row: &Row, lock: &Keys) -> redis::Cmd {
+    let n = |i: usize| row.args[i].parse::<u64>().unwrap();
+    let how = Release {
+        keep_ms: 0,
+        always_publish: false,
+        record_fence: n(2),
+        fence_retention_ms: n(1),
+        look_at_queue: false,
+        short_first: true,
+    };
+    calls::ReleaseShort {
+        keys: lock,
+        token: row.args[0],
+        how: &how,
+    }
+    .command()
 }
 
 /// The call of a `RELEASE` or `RELEASE_SHARED` row (see `command`).
@@ -364,11 +365,14 @@ fn release_command(row: &Row, lock: &Keys, permits: &[Keys]) -> redis::Cmd {
     .command()
 }
 
-/// The call of a renewal or fence row (see `command`).
+/// The call of a renewal, fence or short release row (see `command`).
 fn other_command(row: &Row, lock: &Keys) -> redis::Cmd {
     let a = |i: usize| row.args.get(i).copied().unwrap_or("");
     let n = |i: usize| a(i).parse::<u64>().unwrap_or(0);
     let is = |script: &'static LazyLock<Script>| std::ptr::eq(row.script, script);
+    if is(&RELEASE_SHORT) {
+        return short_release_command(row, lock);
+    }
     if is(&RENEW) {
         let items: Vec<(&str, &str, u64)> = (row.keys.iter().enumerate())
             .map(|(i, key)| (*key, a(2 * i), n(2 * i + 1)))
