@@ -53,13 +53,7 @@ async fn held(name: &str, ttl_ms: u64) -> (Env, String, Lease) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_grants_the_lock_to_the_first_waiter_and_wakes_only_it() {
     let env = Env::start().await;
-    // The release scripts are loaded from here on (a first EVALSHA would be sent twice): the
-    // short one by a plain release, the whole one by a release that keeps its key a moment.
-    let warm = env.locker.acquire("warm", &opts(10_000)).await.unwrap();
-    warm.release().await.unwrap();
-    let kept = opts(10_000).with_min_hold(ms(200));
-    let warm = env.locker.acquire("warm", &kept).await.unwrap();
-    warm.release().await.unwrap();
+    support::warm_release_scripts(&env.locker, "warm").await;
     for shared in [false, true] {
         let name = if shared { "wake-shared" } else { "wake-each" };
         let holder = env.locker.acquire(name, &opts(10_000)).await.unwrap();

@@ -189,6 +189,20 @@ pub async fn exists(raw: &MultiplexedConnection, key: &str) -> bool {
     query::<i64>(raw, redis::cmd("EXISTS").arg(key)).await == 1
 }
 
+/// Loads both release scripts on the server behind `locker`, through a lock named after `name`
+/// (a first EVALSHA of a script is sent twice): a plain release sends the short one, a release
+/// that keeps its key a moment (`min_hold`) the whole one. Each call takes a name of its own.
+pub async fn warm_release_scripts(locker: &Locker, name: &str) {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!("{name}:{}", CALLS.fetch_add(1, Ordering::Relaxed));
+    let ttl = Duration::from_secs(10);
+    for min_hold in [Duration::ZERO, Duration::from_millis(200)] {
+        let opts = LockOptions::new(ttl).with_min_hold(min_hold);
+        let lease = locker.acquire(&name, &opts).await.unwrap();
+        lease.release().await.unwrap();
+    }
+}
+
 /// Resets the server's command counts (CONFIG RESETSTAT), over `raw`.
 pub async fn reset_stats(raw: &MultiplexedConnection) {
     let () = query(raw, redis::cmd("CONFIG").arg("RESETSTAT")).await;
