@@ -190,7 +190,7 @@ impl ServedByTask for Shared {
             // In `next`, or in the thread's own runtime, which names itself once it runs.
             s.task.start_in(next.as_ref().map(Handle::id));
         } else {
-            s.task.stopped();
+            s.task.exited();
         }
         // The handles are dropped outside the lock.
         drop(s);
@@ -234,7 +234,7 @@ fn renew_in_a_thread(shared: Arc<Shared>) {
 /// The renewal thread could not start: the leases wait for the next registration to start a
 /// task again.
 fn not_renewed(shared: &Shared, e: &std::io::Error) {
-    shared.schedule.locked().task.stopped();
+    shared.schedule.locked().task.exited();
     tracing::error!(
         target: "lock_runtime::hold",
         error = %e,

@@ -8,7 +8,7 @@
 //! - [`TaskClaim`]: the running task's claim. Dropped while armed (the task's runtime shut
 //!   down, or the task panicked), it tells the state, which moves the work on.
 //! - [`Idle`] and [`Task::plan`]: a task with nothing due lingers for [`LINGER`] before it
-//!   stops (under the lock, so that an entry added meanwhile starts a new one), and a steady
+//!   exits (under the lock, so that an entry added meanwhile starts a new one), and a steady
 //!   stream of entries reuses one task.
 //! - [`nap`]: the task's wait, until its next look or until woken.
 
@@ -20,7 +20,7 @@ use tokio::runtime::Id;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// How long a task waits with nothing due before it stops.
+/// How long a task waits with nothing due before it exits.
 pub(crate) const LINGER: Duration = Duration::from_secs(1);
 
 /// The background task of one schedule, as its users see it (kept under the schedule's lock).
@@ -83,7 +83,7 @@ impl Task {
     }
 
     /// No task runs: the next entry starts one.
-    pub(crate) fn stopped(&mut self) {
+    pub(crate) fn exited(&mut self) {
         self.running = false;
         self.armed = None;
         self.home = None;
@@ -91,7 +91,7 @@ impl Task {
 
     /// Under the lock, after a look that left the next entry due at `soonest` (`None`: nothing
     /// waits): when the task looks next, which arms it, or `None` when it has lingered long
-    /// enough and stops (its `claim` disarmed: a new task may serve the state from now on).
+    /// enough and exits (its `claim` disarmed: a new task may serve the state from now on).
     pub(crate) fn plan<S: ServedByTask>(
         &mut self,
         idle: &mut Idle,
@@ -103,7 +103,7 @@ impl Task {
         match look_at {
             Some(at) => self.armed = Some(at),
             None => {
-                self.stopped();
+                self.exited();
                 claim.disarm();
             }
         }
@@ -150,7 +150,7 @@ pub(crate) trait ServedByTask: Send + Sync + 'static {
 
     fn schedule(&self) -> &Mutex<Self::Schedule>;
 
-    /// The task serving this state was dropped before it stopped on its own; `schedule` is
+    /// The task serving this state was dropped before it exited on its own; `schedule` is
     /// locked (a poisoned lock is left alone).
     fn task_dropped(self: &Arc<Self>, schedule: MutexGuard<'_, Self::Schedule>);
 }
@@ -173,7 +173,7 @@ impl<S: ServedByTask> TaskClaim<S> {
         &self.shared
     }
 
-    /// The task stops on its own: its drop must leave the state alone (a new task may serve it
+    /// The task exits on its own: its drop must leave the state alone (a new task may serve it
     /// by then).
     pub(crate) fn disarm(&mut self) {
         self.armed = false;
@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn an_idle_task_lingers_then_stops_and_disarms_its_claim() {
+    fn an_idle_task_lingers_then_exits_and_disarms_its_claim() {
         let now = Instant::now();
         let served = Arc::new(Served::default());
         let mut claim = TaskClaim::new(Arc::clone(&served));
@@ -259,7 +259,7 @@ mod tests {
         drop(claim);
         assert!(
             !served.dropped.load(Ordering::Relaxed),
-            "a task that stopped leaves it alone"
+            "a task that exited leaves it alone"
         );
     }
 }

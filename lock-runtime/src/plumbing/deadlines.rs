@@ -263,7 +263,7 @@ impl ServedByTask for Shared {
     }
 
     fn task_dropped(self: &Arc<Self>, mut s: MutexGuard<'_, State>) {
-        s.task.stopped();
+        s.task.exited();
         let left: Vec<Waker> = (0..s.slots.len())
             .filter_map(|index| {
                 let generation = s.slots[index].generation;
