@@ -164,7 +164,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 ///
 /// Parameters: [`super::calls::ReleaseShort`]; reply: [`super::replies::ShortRelease`].
 pub(crate) static RELEASE_SHORT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(lua!("release_short")));
+    LazyLock::new(|| Script::new(concat!(lib!("counter"), lua!("release_short"))));
 
 /// A lock with `permits = N` is N lock keys: a holder takes a free one with `SET PX`, and holds,
 /// renews and releases it as a lock's key (`RENEW`, `RELEASE`). One fence counter serves them

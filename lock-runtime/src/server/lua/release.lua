@@ -31,17 +31,8 @@ local short = value == token and keep_ms == '0' and always == '0' and look == '0
 if not short and not is_ours(value, token, unmarked, marked) then
   return 0
 end
--- A fence to record (a lease taken by the plain-command path), while the key is still ours:
--- only ever raised, and only on a counter (a value this script did not write stays as it is).
-if record ~= '0' then
-  local last = redis.pcall('GET', counter)
-  if type(last) ~= 'table' then
-    last = tonumber(last or 0)
-    if last and last >= 0 and last % 1 == 0 and last < tonumber(record) then
-      write_counter(counter, record, retention_ms)
-    end
-  end
-end
+-- A fence to record (a lease taken by the plain-command path), while the key is still ours.
+if record ~= '0' then raise_counter(counter, record, retention_ms) end
 if short then
   free_key()
   return 1

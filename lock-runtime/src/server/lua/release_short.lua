@@ -8,19 +8,6 @@ local token, retention_ms, record = ARGV[1], ARGV[2], ARGV[3] or '0'
 if redis.pcall('GET', lock) ~= token then
   return 0
 end
--- Only ever raised, and only on a counter (a value this script did not write stays as it is).
-if record ~= '0' then
-  local last = redis.pcall('GET', counter)
-  if type(last) ~= 'table' then
-    last = tonumber(last or 0)
-    if last and last >= 0 and last % 1 == 0 and last < tonumber(record) then
-      if retention_ms ~= '0' then
-        redis.call('SET', counter, record, 'PX', retention_ms)
-      else
-        redis.call('SET', counter, record)
-      end
-    end
-  end
-end
+if record ~= '0' then raise_counter(counter, record, retention_ms) end
 redis.call('DEL', lock)
 return 1

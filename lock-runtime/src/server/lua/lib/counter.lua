@@ -24,6 +24,17 @@ local function write_counter(counter, fence, retention_ms)
   end
 end
 
+-- Records `record` (a fence, as a string) in `counter` for a release: only ever raised, and only
+-- on a counter (a value no script wrote stays as it is).
+local function raise_counter(counter, record, retention_ms)
+  local last = redis.pcall('GET', counter)
+  if type(last) == 'table' then return end
+  last = tonumber(last or 0)
+  if last and last >= 0 and last % 1 == 0 and last < tonumber(record) then
+    write_counter(counter, record, retention_ms)
+  end
+end
+
 -- The next fence, `max(last + 1, floor)`, written to `counter`: `last` is the counter's `GET`
 -- (checked by `unusable`), the floor the server's clock in µs rounded down to `quantum` µs
 -- (except in the second of a restart or save, see `ACQUIRE`). Returns the fence and the
