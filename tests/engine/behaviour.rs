@@ -336,11 +336,11 @@ macro_rules! cases {
 
 // Redlock: no waiter queue, so no arrival order; `permits` and `shared` are refused.
 cases! {
-    waiters_are_served_in_arrival_order: standalone cluster sentinel;
-    a_release_hands_the_lock_to_a_waiter: standalone cluster sentinel redlock;
-    at_most_n_permits_hold_at_once: standalone cluster sentinel;
-    shared_holds_run_together_and_an_exclusive_one_alone: standalone cluster sentinel;
-    a_lease_by_hand_is_renewed_and_released: standalone cluster sentinel redlock;
-    every_return_path_releases: standalone cluster sentinel redlock;
-    a_call_dropped_at_any_await_leaves_no_key: standalone cluster sentinel redlock;
+    waiters_are_served_in_arrival_order: standalone cluster sentinel in_memory;
+    a_release_hands_the_lock_to_a_waiter: standalone cluster sentinel redlock in_memory;
+    at_most_n_permits_hold_at_once: standalone cluster sentinel in_memory;
+    shared_holds_run_together_and_an_exclusive_one_alone: standalone cluster sentinel in_memory;
+    a_lease_by_hand_is_renewed_and_released: standalone cluster sentinel redlock in_memory;
+    every_return_path_releases: standalone cluster sentinel redlock in_memory;
+    a_call_dropped_at_any_await_leaves_no_key: standalone cluster sentinel redlock in_memory;
 }

@@ -26,6 +26,8 @@ pub enum Kind {
     Sentinel,
     /// Redlock over 3 independent servers.
     Redlock,
+    /// `Locker::in_memory()`: no server; the case's lockers are clones of one.
+    InMemory,
 }
 
 impl Kind {
@@ -36,6 +38,7 @@ impl Kind {
             "cluster" => Self::Cluster,
             "sentinel" => Self::Sentinel,
             "redlock" => Self::Redlock,
+            "in_memory" => Self::InMemory,
             other => panic!("no deployment kind `{other}`"),
         }
     }
@@ -51,6 +54,7 @@ enum Servers {
     Cluster(RedisCluster),
     Sentinel(SentinelSet),
     Redlock(Vec<RedisServer>),
+    InMemory,
 }
 
 impl Servers {
@@ -72,13 +76,14 @@ impl Servers {
                 .expect("the Sentinel set starts"),
             ),
             Kind::Redlock => Self::Redlock((0..3).map(|_| RedisServer::start()).collect()),
+            Kind::InMemory => Self::InMemory,
         }
     }
 }
 
 /// Each kind's servers, once started. Held here until the process exits; a lock per kind, so
 /// that kinds start at the same time.
-static RUNNING: [Mutex<Option<Arc<Servers>>>; 4] = [const { Mutex::new(None) }; 4];
+static RUNNING: [Mutex<Option<Arc<Servers>>>; 5] = [const { Mutex::new(None) }; 5];
 
 /// Makes the prefixes of the cases unique within the process.
 static CASES: AtomicUsize = AtomicUsize::new(0);
@@ -116,6 +121,7 @@ fn builder(servers: &Servers, prefix: &str) -> LockerBuilder {
             .sentinel(set.sentinel_urls(), set.master_name())
             .replicas(1),
         Servers::Redlock(nodes) => Locker::builder().urls(nodes.iter().map(RedisServer::url)),
+        Servers::InMemory => Locker::builder().in_memory(),
     };
     builder.prefix(prefix)
 }
@@ -154,8 +160,12 @@ impl Env {
         builder(&self.servers, &self.prefix)
     }
 
-    /// Another locker of this kind, with connections of its own.
+    /// Another locker of this kind, with connections of its own (in memory: a clone, which
+    /// shares the locks).
     pub async fn connect(&self) -> Locker {
+        if self.kind == Kind::InMemory {
+            return self.locker.clone();
+        }
         self.builder().connect().await.expect("locker connects")
     }
 
@@ -183,12 +193,17 @@ impl Env {
                 }
                 raw
             }
+            Servers::InMemory => Vec::new(),
         }
     }
 
     /// How many nodes have a key of the lock `name`: its own key or one of its permits' keys
     /// (with Sentinel, the primary and the replica count).
     pub async fn nodes_holding(&self, name: &str) -> usize {
+        if self.kind == Kind::InMemory {
+            let info = self.locker.inspect(name).await.expect("inspect");
+            return usize::from(info.is_some());
+        }
         let key = self.key(name);
         let mut n = 0;
         for raw in self.nodes_for(&key).await {
@@ -205,7 +220,7 @@ impl Env {
     /// Sentinel's primary and the replica that acknowledged it; a Redlock majority.
     pub fn quorum(&self) -> usize {
         match self.kind {
-            Kind::Standalone | Kind::Cluster => 1,
+            Kind::Standalone | Kind::Cluster | Kind::InMemory => 1,
             Kind::Sentinel | Kind::Redlock => 2,
         }
     }

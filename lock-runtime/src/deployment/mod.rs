@@ -2,7 +2,8 @@
 //!
 //! Each kind of deployment is a module that makes a [`Deployment`] with its [`Traits`]: one
 //! server ([`standalone`]), a Redis Cluster ([`cluster`]), the primary Sentinel names
-//! ([`sentinel`]), N independent servers ([`redlock`]). Nothing here or above asks which kind
+//! ([`sentinel`]), N independent servers ([`redlock`]), a server in this process for users'
+//! tests ([`in_memory`]). Nothing here or above asks which kind
 //! it is: what differs is in the traits. A single logical server is simply N = 1; Redlock's N
 //! servers hold a lock with a majority `N/2 + 1` of the configured N (not of the reachable
 //! ones). Every request goes to all servers at once and is decided as soon as the replies so far
@@ -14,11 +15,13 @@
 //! [`cluster`]: crate::deployment::cluster
 //! [`sentinel`]: crate::deployment::sentinel
 //! [`redlock`]: crate::deployment::redlock
+//! [`in_memory`]: crate::deployment::in_memory
 
 mod acquire;
 pub(crate) mod cluster;
 mod exclusive;
 mod failure;
+pub(crate) mod in_memory;
 mod majority;
 #[cfg(test)]
 mod majority_props;

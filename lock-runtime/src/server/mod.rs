@@ -23,6 +23,7 @@ use crate::transport::cluster::ClusterLink;
 use crate::transport::connect::{
     Bounded, RoundTrip, Settings, bounded_in, command_config, open_client,
 };
+use crate::transport::in_process::InProcess;
 use crate::transport::link::{Conn, FailoverWatch, Link};
 use crate::transport::sentinel::SentinelLink;
 use calls::Call;
@@ -32,6 +33,7 @@ use url::bad_url;
 
 mod acquire;
 mod calls;
+pub(crate) mod in_process;
 #[cfg(test)]
 mod lua_tests;
 mod permits;
@@ -195,6 +197,22 @@ impl Node {
             }
         }));
         Ok(node)
+    }
+
+    /// A server in this process (see `Locker::in_memory`): its keys live here, and its scripts
+    /// run as their twins.
+    pub(crate) fn in_process(settings: Settings, deadlines: Deadlines) -> Self {
+        let server = Arc::new(InProcess::new(in_process::twins()));
+        let source = Source::InProcess(Arc::clone(&server));
+        let link = Link::new_in_process(server);
+        Self::with_link(
+            "in-process".to_owned(),
+            link,
+            source,
+            settings,
+            0,
+            deadlines,
+        )
     }
 
     fn with_link(

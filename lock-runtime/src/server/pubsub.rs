@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::model::keys::HANDED_MARK;
 use crate::plumbing::unpoisoned::Unpoisoned;
 use crate::transport::connect::{RoundTrip, Settings, bounded, manager_config};
+use crate::transport::in_process::InProcess;
 
 /// How long a channel stays subscribed after its last waiter left. A locker whose callers wait
 /// on the same lock again and again (services handing one lock back and forth every few ms)
@@ -33,6 +34,8 @@ pub(crate) enum Source {
     },
     /// Behind Sentinel, until the primary is known (see [`Notifications::repoint`]).
     Pending,
+    /// A server in this process: its messages are handed over in the process.
+    InProcess(Arc<InProcess>),
 }
 
 impl Source {
@@ -55,6 +58,9 @@ impl Source {
 enum PubConn {
     Direct(ConnectionManager),
     Cluster(ClusterConnection),
+    /// The server in this process hands every message to [`Notifications::on_message`]: there
+    /// is nothing to subscribe to.
+    InProcess,
 }
 
 impl PubConn {
@@ -62,6 +68,7 @@ impl PubConn {
         match self {
             Self::Direct(c) => c.subscribe(channel).await,
             Self::Cluster(c) => c.ssubscribe(channel).await,
+            Self::InProcess => Ok(()),
         }
     }
 
@@ -69,6 +76,7 @@ impl PubConn {
         match self {
             Self::Direct(c) => c.unsubscribe(channel).await,
             Self::Cluster(c) => c.sunsubscribe(channel).await,
+            Self::InProcess => Ok(()),
         }
     }
 }
@@ -429,6 +437,13 @@ impl Notifications {
         }
     }
 
+    /// Handles one message of the server in this process.
+    fn on_message(&self, name: &str, payload: &str) {
+        if let Some(channel) = self.channels.locked().get(name) {
+            channel.wake(Wake::of(payload.as_bytes()));
+        }
+    }
+
     /// Handles one push; returns a channel whose subscription the server dropped by itself.
     fn on_push(&self, push: &PushInfo) -> Option<String> {
         let mut channels = self.channels.locked();
@@ -716,6 +731,15 @@ impl Notifications {
                     redis::ErrorKind::Io,
                     "no primary known yet",
                 )));
+            }
+            Source::InProcess(server) => {
+                let owner = Arc::downgrade(self);
+                server.listen(Box::new(move |channel, payload| {
+                    if let Some(me) = owner.upgrade() {
+                        me.on_message(channel, payload);
+                    }
+                }));
+                PubConn::InProcess
             }
         };
         // Only a connection made from the source still in place is kept.

@@ -11,6 +11,7 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use std::sync::Arc;
 
 use crate::transport::cluster::ClusterLink;
+use crate::transport::in_process::InProcess;
 use crate::transport::sentinel::SentinelLink;
 
 /// The way to one logical server.
@@ -21,6 +22,8 @@ pub(crate) enum Link {
     Cluster(Box<ClusterLink>),
     /// The primary that a set of Sentinels names.
     Sentinel(Arc<SentinelLink>),
+    /// A server in this process (`Locker::in_memory`).
+    InProcess(Arc<InProcess>),
 }
 
 /// A connection to send one request on (cheap to clone).
@@ -28,6 +31,7 @@ pub(crate) enum Link {
 pub(crate) enum Conn {
     Direct(ConnectionManager),
     Cluster(ClusterConnection),
+    InProcess(Arc<InProcess>),
 }
 
 impl ConnectionLike for Conn {
@@ -35,6 +39,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Direct(c) => c.req_packed_command(cmd),
             Self::Cluster(c) => c.req_packed_command(cmd),
+            Self::InProcess(server) => Box::pin(std::future::ready(server.run(cmd))),
         }
     }
 
@@ -47,6 +52,9 @@ impl ConnectionLike for Conn {
         match self {
             Self::Direct(c) => c.req_packed_commands(cmd, offset, count),
             Self::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Self::InProcess(server) => {
+                Box::pin(std::future::ready(server.run_pipeline(cmd, offset)))
+            }
         }
     }
 
@@ -54,6 +62,7 @@ impl ConnectionLike for Conn {
         match self {
             Self::Direct(c) => c.get_db(),
             Self::Cluster(c) => c.get_db(),
+            Self::InProcess(_) => 0,
         }
     }
 }
@@ -74,6 +83,11 @@ impl Link {
         Self::Sentinel(sentinels)
     }
 
+    /// The server in this process, `server`.
+    pub(crate) fn new_in_process(server: Arc<InProcess>) -> Self {
+        Self::InProcess(server)
+    }
+
     /// A connection for the next request (the cluster connects, and Sentinel names its primary,
     /// on first use).
     pub(crate) async fn conn(&self) -> RedisResult<Conn> {
@@ -81,6 +95,7 @@ impl Link {
             Self::Direct(c) => Ok(Conn::Direct(c.clone())),
             Self::Cluster(c) => c.conn().await.map(Conn::Cluster),
             Self::Sentinel(s) => s.conn().await.map(Conn::Direct),
+            Self::InProcess(server) => Ok(Conn::InProcess(Arc::clone(server))),
         }
     }
 

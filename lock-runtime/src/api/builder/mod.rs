@@ -9,7 +9,7 @@ pub use env::ENV_VARS;
 
 use crate::acquire::Acquirer;
 use crate::deployment::Settings;
-use crate::deployment::{Setup, cluster, redlock, sentinel, standalone};
+use crate::deployment::{Setup, cluster, in_memory, redlock, sentinel, standalone};
 use crate::model::error::redact;
 use crate::model::keys::KeyFormat;
 use crate::{LockError, Locker};
@@ -58,6 +58,8 @@ pub(crate) enum Target {
     Cluster(Vec<String>),
     /// The primary that these Sentinels name for this master.
     Sentinel { urls: Vec<String>, master: String },
+    /// A server in this process, for tests.
+    InMemory,
 }
 
 impl Target {
@@ -77,6 +79,7 @@ impl Target {
                     list(urls)
                 )
             }
+            Self::InMemory => "in memory, in this process only".to_owned(),
         };
         match replicas {
             0 => kind,
@@ -152,6 +155,17 @@ impl LockerBuilder {
     ) -> Self {
         let (urls, master) = (strings(sentinel_urls), master.into());
         self.deploy("sentinel", Target::Sentinel { urls, master })
+    }
+
+    /// Locks that live in this process, for tests: no Redis is needed or contacted. Every
+    /// behaviour of the engine is the same as on one Redis server (waiting in arrival order,
+    /// fences, `permits`, `shared`, `lease`, `min_hold`, `max_exec`, inspection, metrics,
+    /// tracing), and its keys expire on tokio's clock, so `#[tokio::test(start_paused = true)]`
+    /// runs a 30 s lease in no real time. The locks are shared by this locker and its clones
+    /// only: they lock nothing across processes, nor across two in-memory lockers.
+    #[must_use]
+    pub fn in_memory(self) -> Self {
+        self.deploy("in_memory", Target::InMemory)
     }
 
     /// Chooses the deployment; a second choice is remembered as a conflict.
@@ -271,7 +285,7 @@ impl LockerBuilder {
                 format!(
                     "the builder was given two deployments, `.{first}(..)` and then \
                      `.{then}(..)`: give one (`.url` for one server, `.urls` for Redlock's \
-                     nodes, `.cluster` or `.sentinel`)"
+                     nodes, `.cluster`, `.sentinel` or `.in_memory`)"
                 ),
             ));
         }
@@ -299,6 +313,14 @@ impl LockerBuilder {
             },
             Target::Cluster(urls) => cluster::open(urls, &setup)?,
             Target::Sentinel { urls, master } => sentinel::open(urls, master, &setup)?,
+            Target::InMemory if self.replicas > 0 => {
+                return Err(LockError::config(
+                    "",
+                    "replicas(..) asks Redis replicas to acknowledge each write, and an \
+                     in-memory locker has none: drop `.replicas(..)` or `.in_memory()`",
+                ));
+            }
+            Target::InMemory => in_memory::open(&setup),
         };
         let suffix = crate::model::holder::suffix(self.label.as_deref());
         // Plain keys may be held by clients that never publish their release: poll too.
@@ -364,6 +386,30 @@ impl Locker {
     /// A builder for a locker with a custom prefix, timeouts, or several nodes.
     pub fn builder() -> LockerBuilder {
         LockerBuilder::default()
+    }
+
+    /// A locker whose locks live in this process, for tests of locked code without Redis (see
+    /// [`LockerBuilder::in_memory`]): the same behaviour as on one Redis server, in one process
+    /// only. Its clones share its locks; another `in_memory()` locker has locks of its own.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockOptions, Locker};
+    /// use std::time::Duration;
+    ///
+    /// let locker = Locker::in_memory();
+    /// let opts = LockOptions::new(Duration::from_secs(30));
+    /// let lease = locker.acquire("nightly", &opts).await?;
+    /// assert!(locker.inspect("nightly").await?.is_some());
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn in_memory() -> Self {
+        Self::builder()
+            .in_memory()
+            .build()
+            .expect("an in-memory locker with the default settings is valid")
     }
 
     /// Connects to one Redis node: `redis://[user:password@]host:port[/db]` or `rediss://...`.

@@ -1,0 +1,294 @@
+//! The twins of the scripts of an exclusive lock: `acquire.lua`, `acquire_unqueued.lua`,
+//! `release.lua`, `release_short.lua`, `fence.lua`, `raise_fence.lua` and `renew.lua`.
+
+use redis::Value;
+
+use super::hand_over::{HandOver, hand_over};
+use super::lib::{
+    Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, handed_to_another, int,
+    is_ours, mark_in_place, next_fence, opt, raise_counter, starts_with, unusable, with_mark,
+};
+use crate::transport::in_process::{Keyspace, WrongType};
+
+/// `ACQUIRE`.
+pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
+    let q = Queue {
+        queue: at(k, 2),
+        states: at(k, 3),
+    };
+    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let (waiter, grace_ms, evict, seen, previous) =
+        (at(a, 4), at(a, 5), at(a, 6), at(a, 7), at(a, 8));
+    let (unmarked, marked, handed, permits_mark) = (at(a, 9), at(a, 10), at(a, 11), at(a, 12));
+
+    if let Some(refused) =
+        foreign(keys, q.queue, "zset").or_else(|| foreign(keys, q.states, "hash"))
+    {
+        return Ok(refused);
+    }
+    evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
+    let mut first = loop {
+        let Some((head, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next() else {
+            break None;
+        };
+        if keys.hget(q.states, &head)?.is_some() {
+            break Some(head);
+        }
+        keys.zrem(q.queue, &head)?;
+    };
+    let queued = first.as_deref() == Some(waiter);
+    if queued {
+        first = None;
+    }
+    let Ok(cur) = keys.get(lock) else {
+        return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
+    };
+    let cur = cur.as_deref();
+    if starts_with(cur, permits_mark) {
+        return Ok(array(vec![int(-3), opt(cur.map(str::to_owned))]));
+    }
+    let ours = cur.is_some_and(|cur| {
+        !waiter.is_empty()
+            && (cur == format!("{handed}{waiter}")
+                || (!previous.is_empty()
+                    && (cur == previous
+                        || with_mark(previous, unmarked, marked).as_deref() == Some(cur))))
+    });
+    if ours || (cur.is_none() && first.is_none()) {
+        let last = keys.get(counter);
+        if let Some(why) = unusable(&last) {
+            return Ok(array(vec![int(-2), bulk(&why)]));
+        }
+        let mut value = token.to_owned();
+        if !waiter.is_empty() {
+            q.remove(keys, waiter)?;
+            if keys.exists(q.queue) {
+                value = with_mark(&value, unmarked, marked).unwrap_or(value);
+            }
+        }
+        keys.set(lock, &value, ttl_ms.parse().ok());
+        let (fence, _) = next_fence(keys, counter, &last, quantum, retention_ms);
+        return Ok(array(vec![int(1), int(fence as i64)]));
+    }
+    if !waiter.is_empty() {
+        let mut created = false;
+        if !queued && (previous.is_empty() || keys.zscore(q.queue, waiter)?.is_none()) {
+            created = q.push(keys, waiter)?;
+        }
+        keys.hset(q.states, waiter, &format!("{token} {ttl_ms} {grace_ms}"))?;
+        q.keep(keys, grace_ms, created);
+        mark_in_place(keys, lock, cur, unmarked, marked);
+    }
+    let cur = cur.map(str::to_owned);
+    if let Some(other) = handed_to_another(keys, cur.as_deref(), q.states, handed)? {
+        return Ok(other);
+    }
+    let pttl = keys.pttl(lock);
+    if let (true, Some(first)) = (pttl < 0, first) {
+        let state = keys.hget(q.states, &first)?;
+        return Ok(array(vec![int(2), bulk(&first), opt(state)]));
+    }
+    Ok(array(vec![int(0), int(pttl)]))
+}
+
+/// `ACQUIRE_UNQUEUED`.
+pub(super) fn acquire_unqueued(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
+    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let permits_mark = at(a, 4);
+    match keys.get(lock) {
+        Err(WrongType) => return Ok(array(vec![int(-1), bulk(keys.type_of(lock))])),
+        Ok(Some(cur)) if cur.starts_with(permits_mark) => {
+            return Ok(array(vec![int(-3), bulk(&cur)]));
+        }
+        Ok(Some(_)) => return Ok(array(vec![int(0), int(keys.pttl(lock))])),
+        Ok(None) => keys.set(lock, token, ttl_ms.parse().ok()),
+    }
+    let last = keys.get(counter);
+    if let Some(why) = unusable(&last) {
+        keys.del(lock);
+        return Ok(array(vec![int(-2), bulk(&why)]));
+    }
+    let (fence, _) = next_fence(keys, counter, &last, quantum, retention_ms);
+    Ok(array(vec![int(1), int(fence as i64)]))
+}
+
+/// `RELEASE`.
+pub(super) fn release(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 3));
+    let q = Queue {
+        queue: at(k, 1),
+        states: at(k, 2),
+    };
+    let mark_key = k.get(4).map(String::as_str);
+    let permits: Vec<String> = k.get(5..).unwrap_or_default().to_vec();
+    // ARGV[4] is the publish command: here every message is handed over in the process.
+    let (token, retention_ms, record) = (at(a, 0), at(a, 1), at(a, 2));
+    let (keep_ms, always, look) = (at(a, 4), at(a, 5), at(a, 6));
+    let (unmarked, marked, kept, permits_mark) = (at(a, 11), at(a, 12), at(a, 13), at(a, 14));
+
+    let free_key = |keys: &mut Keyspace| {
+        keys.del(lock);
+        if let Some(mark_key) = mark_key {
+            free_mark(keys, mark_key, &permits, permits_mark);
+        }
+    };
+    let hold_mark = |keys: &mut Keyspace, ms: i64| {
+        if let Some(mark_key) = mark_key
+            && keys.pttl(mark_key) < ms
+        {
+            keys.pexpire(mark_key, ms);
+        }
+    };
+    let value = keys.get(lock).ok().flatten();
+    let short = value.as_deref() == Some(token) && keep_ms == "0" && always == "0" && look == "0";
+    if !short && !is_ours(value.as_deref(), token, unmarked, marked) {
+        return Ok(int(0));
+    }
+    if record != "0" {
+        raise_counter(keys, counter, record, retention_ms);
+    }
+    if short {
+        free_key(keys);
+        return Ok(int(1));
+    }
+    let keep = keep_ms.parse::<i64>().unwrap_or(0);
+    if keep > 0 {
+        keys.set(lock, &format!("{token}{kept}"), Some(keep as u64));
+        hold_mark(keys, keep);
+        return Ok(int(1));
+    }
+    let h = HandOver {
+        key: lock,
+        queue: q,
+        counter,
+        token,
+        channel: at(a, 7),
+        grant_prefix: at(a, 8),
+        grants: at(a, 9),
+        retention_ms,
+        handed: at(a, 10),
+        unmarked,
+        marked,
+        permit: at(a, 15),
+    };
+    if let Some(granted) = hand_over(keys, &h, &hold_mark, &free_key)? {
+        return Ok(granted);
+    }
+    free_key(keys);
+    if always == "1" {
+        keys.publish(h.channel, token);
+    }
+    Ok(int(1))
+}
+
+/// `RELEASE_SHORT`.
+pub(super) fn release_short(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
+    let (token, retention_ms) = (at(a, 0), at(a, 1));
+    let record = match at(a, 2) {
+        "" => "0",
+        record => record,
+    };
+    if keys.get(lock).ok().flatten().as_deref() != Some(token) {
+        return Ok(int(0));
+    }
+    if record != "0" {
+        raise_counter(keys, counter, record, retention_ms);
+    }
+    keys.del(lock);
+    Ok(int(1))
+}
+
+/// `FENCE`.
+pub(super) fn fence(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
+    let (token, retention_ms, unmarked, marked) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let value = keys.get(lock).ok().flatten();
+    if !is_ours(value.as_deref(), token, unmarked, marked) {
+        return Ok(array(vec![int(0)]));
+    }
+    let last = keys.get(counter);
+    if let Some(why) = unusable(&last) {
+        return Ok(array(vec![int(-2), bulk(&why)]));
+    }
+    let (fence, _) = next_fence(keys, counter, &last, "1", retention_ms);
+    Ok(array(vec![int(1), int(fence as i64)]))
+}
+
+/// `RAISE_FENCE`.
+pub(super) fn raise_fence(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let counter = at(k, 0);
+    let (fence, retention_ms) = (at(a, 0), at(a, 1));
+    let last = keys.get(counter);
+    if let Some(why) = unusable(&last) {
+        return Ok(array(vec![int(-2), bulk(&why)]));
+    }
+    let last = last.ok().flatten().and_then(|l| super::lib::number(&l));
+    if last.unwrap_or(0.0) < super::lib::number(fence).unwrap_or(0.0) {
+        super::lib::write_counter(keys, counter, fence, retention_ms);
+    }
+    Ok(int(1))
+}
+
+/// `RENEW`.
+pub(super) fn renew(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let marks = Marks {
+        unmarked: at(a, 0),
+        marked: at(a, 1),
+        shared: at(a, 2),
+        permits: at(a, 3),
+    };
+    let out = k
+        .iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let (token, ttl) = (at(a, 4 + 2 * i), at(a, 5 + 2 * i));
+            int(renew_one(keys, key, token, ttl, &marks).unwrap_or(0))
+        })
+        .collect();
+    Ok(Value::Array(out))
+}
+
+/// The marks a renewal knows (see `lua/lib/renew_one.lua`).
+struct Marks<'a> {
+    unmarked: &'a str,
+    marked: &'a str,
+    shared: &'a str,
+    permits: &'a str,
+}
+
+/// The renewal of one lease: 1 renewed, 0 not ours.
+fn renew_one(
+    keys: &mut Keyspace,
+    key: &str,
+    token: &str,
+    ttl_ms: &str,
+    m: &Marks<'_>,
+) -> Option<i64> {
+    let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
+    let Ok(value) = keys.get(key) else {
+        // A set of shared holders: this holder's place moves, unless it has passed.
+        let Ok(Some(until)) = keys.zscore(key, token) else {
+            return Some(0);
+        };
+        let now = keys.now_ms() as f64;
+        if until <= now {
+            return Some(0);
+        }
+        keys.zadd(key, now + ttl as f64, token, false, true).ok()?;
+        if keys.pttl(key) < ttl {
+            keys.pexpire(key, ttl);
+        }
+        return Some(1);
+    };
+    if !is_ours(value.as_deref(), token, m.unmarked, m.marked) {
+        return Some(0);
+    }
+    let many = starts_with(value.as_deref(), m.shared) || starts_with(value.as_deref(), m.permits);
+    if !many || keys.pttl(key) < ttl {
+        keys.pexpire(key, ttl);
+    }
+    Some(1)
+}

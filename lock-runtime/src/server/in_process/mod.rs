@@ -1,0 +1,32 @@
+//! The scripts' twins for the server in this process (`Locker::in_memory`): each script of
+//! `lua/` has one here, which takes the same `KEYS` and `ARGV`, takes the same steps on the
+//! in-process keyspace, and returns the same reply, so that everything above the server is the
+//! one engine. The script tables of `script_tests.rs` run on both (see `twins_tests.rs`).
+
+mod exclusive;
+mod hand_over;
+mod lib;
+mod permits;
+mod shared;
+
+use crate::transport::in_process::Twin;
+
+use super::scripts;
+
+/// Every script's SHA1 with its twin.
+pub(crate) fn twins() -> Vec<(String, Twin)> {
+    let twin = |script: &redis::Script, twin: Twin| (script.get_hash().to_owned(), twin);
+    vec![
+        twin(&scripts::ACQUIRE, exclusive::acquire),
+        twin(&scripts::ACQUIRE_UNQUEUED, exclusive::acquire_unqueued),
+        twin(&scripts::RELEASE, exclusive::release),
+        twin(&scripts::RELEASE_SHORT, exclusive::release_short),
+        twin(&scripts::FENCE, exclusive::fence),
+        twin(&scripts::RAISE_FENCE, exclusive::raise_fence),
+        twin(&scripts::RENEW, exclusive::renew),
+        twin(&scripts::ACQUIRE_PERMIT, permits::acquire_permit),
+        twin(&scripts::FORGET_PERMIT, permits::forget_permit),
+        twin(&scripts::ACQUIRE_SHARED, shared::acquire_shared),
+        twin(&scripts::RELEASE_SHARED, shared::release_shared),
+    ]
+}

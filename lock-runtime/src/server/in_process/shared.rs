@@ -1,0 +1,204 @@
+//! The twins of the scripts of a shared hold: `acquire_shared.lua` and `release_shared.lua`.
+
+use super::hand_over::{HandOver, hand_over};
+use super::lib::{
+    Out, Queue, array, at, bulk, evict_stale_head, foreign, handed_to_another, int, is_ours,
+    mark_in_place, next_fence, opt, starts_with, unusable,
+};
+use crate::transport::in_process::Keyspace;
+
+/// A shared waiter's queue state, `<nonce> <grace ms>` (an exclusive one's has a ttl too).
+fn shared_state(state: Option<&str>) -> bool {
+    state
+        .and_then(|s| s.split_once(' '))
+        .is_some_and(|(nonce, grace)| {
+            !nonce.is_empty()
+                && !nonce.contains(' ')
+                && !grace.is_empty()
+                && grace.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// `ACQUIRE_SHARED`.
+pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, counter, readers) = (at(k, 0), at(k, 1), at(k, 4));
+    let q = Queue {
+        queue: at(k, 2),
+        states: at(k, 3),
+    };
+    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let channel = at(a, 5);
+    let (waiter, grace_ms, evict, seen) = (at(a, 6), at(a, 7), at(a, 8), at(a, 9));
+    let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
+    let (shared_mark, permits_mark) = (at(a, 13), at(a, 14));
+
+    let refused = foreign(keys, q.queue, "zset")
+        .or_else(|| foreign(keys, q.states, "hash"))
+        .or_else(|| foreign(keys, readers, "zset"));
+    if let Some(refused) = refused {
+        return Ok(refused);
+    }
+    evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
+    // Whether an exclusive waiter is queued before this caller; the first one in line.
+    let (mut ahead, mut first) = (false, None);
+    for id in keys.zmembers(q.queue)? {
+        if id == waiter {
+            break;
+        }
+        match keys.hget(q.states, &id)? {
+            Some(state) => {
+                first = first.or(Some(id));
+                if !shared_state(Some(&state)) {
+                    ahead = true;
+                    break;
+                }
+            }
+            None => keys.zrem(q.queue, &id)?,
+        }
+    }
+    let Ok(cur) = keys.get(lock) else {
+        return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
+    };
+    if starts_with(cur.as_deref(), permits_mark) {
+        return Ok(array(vec![int(-3), opt(cur)]));
+    }
+    let shared = starts_with(cur.as_deref(), shared_mark);
+    let ours = !waiter.is_empty() && cur.as_deref() == Some(&format!("{handed}{waiter}"));
+    if ours || ((cur.is_none() || shared) && !ahead) {
+        let last = keys.get(counter);
+        if let Some(why) = unusable(&last) {
+            return Ok(array(vec![int(-2), bulk(&why)]));
+        }
+        let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
+        let cur = match cur.filter(|_| shared) {
+            None => {
+                let cur = format!("{shared_mark}{token}");
+                keys.del(readers);
+                keys.set(lock, &cur, Some(ttl as u64));
+                cur
+            }
+            Some(cur) => {
+                if keys.pttl(lock) < ttl {
+                    keys.pexpire(lock, ttl);
+                }
+                cur
+            }
+        };
+        if !waiter.is_empty() {
+            q.remove(keys, waiter)?;
+        }
+        let (fence, (s, us)) = next_fence(keys, counter, &last, quantum, retention_ms);
+        // This holder's place ends with its own lease; the places of dead holders go.
+        let ms = s * 1000 + us / 1000;
+        let member = format!("{token} {fence}");
+        keys.zadd(readers, (ms + ttl as u64) as f64, &member, false, false)?;
+        keys.zrem_up_to(readers, ms as f64)?;
+        if keys.pttl(readers) < ttl {
+            keys.pexpire(readers, ttl);
+        }
+        // Shared waiters next in line join too: woken.
+        if let Some((next, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next()
+            && shared_state(keys.hget(q.states, &next)?.as_deref())
+        {
+            keys.publish(channel, &cur);
+        }
+        return Ok(array(vec![
+            int(1),
+            int(fence as i64),
+            bulk(&cur),
+            bulk(&member),
+        ]));
+    }
+    if !waiter.is_empty() {
+        q.join(keys, waiter, &format!("{token} {grace_ms}"), grace_ms)?;
+        if !shared {
+            mark_in_place(keys, lock, cur.as_deref(), unmarked, marked);
+        }
+    }
+    if let Some(other) = handed_to_another(keys, cur.as_deref(), q.states, handed)? {
+        return Ok(other);
+    }
+    if let (None, Some(first)) = (&cur, first) {
+        let state = keys.hget(q.states, &first)?;
+        return Ok(array(vec![int(2), bulk(&first), opt(state)]));
+    }
+    Ok(array(vec![int(0), int(keys.pttl(lock))]))
+}
+
+/// `RELEASE_SHARED`.
+pub(super) fn release_shared(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    let (lock, readers, counter) = (at(k, 0), at(k, 1), at(k, 4));
+    let q = Queue {
+        queue: at(k, 2),
+        states: at(k, 3),
+    };
+    let (mut token, mut member) = (at(a, 0).to_owned(), at(a, 1).to_owned());
+    let (retention_ms, keep_ms, channel) = (at(a, 2), at(a, 4), at(a, 5));
+    let (unmarked, marked, kept, shared_mark) = (at(a, 9), at(a, 10), at(a, 11), at(a, 12));
+
+    let value = keys.get(lock).ok().flatten();
+    let Some(value) = value.filter(|v| v.starts_with(shared_mark)) else {
+        return Ok(int(0));
+    };
+    if token.is_empty() {
+        token.clone_from(&value);
+    }
+    if !is_ours(Some(&value), &token, unmarked, marked) || keys.type_of(readers) != "zset" {
+        return Ok(int(0));
+    }
+    // Holders whose lease ran out (dead ones) leave first.
+    let now = keys.now_ms() as f64;
+    keys.zrem_up_to(readers, now)?;
+    if keys.zscore(readers, &member)?.is_none() {
+        // Only the token is known: its place is the member that starts with it.
+        let prefix = format!("{member} ");
+        let found = keys
+            .zmembers(readers)?
+            .into_iter()
+            .find(|m| m.starts_with(&prefix));
+        let Some(found) = found else {
+            return Ok(int(0));
+        };
+        member = found;
+    }
+    keys.zrem(readers, &member)?;
+    if let Some((_, longest)) = keys.zrange(readers, -1, -1)?.into_iter().next() {
+        let left = (longest - now) as i64;
+        if keys.pttl(lock) > left {
+            keys.pexpire(lock, left);
+            if keys.exists(q.queue) {
+                keys.publish(channel, &value);
+            }
+        }
+        return Ok(int(1));
+    }
+    keys.del(readers);
+    let holder = member.split(' ').next().unwrap_or_default().to_owned();
+    let keep = keep_ms.parse::<i64>().unwrap_or(0);
+    if keep > 0 {
+        keys.set(lock, &format!("{holder}{kept}"), Some(keep as u64));
+        return Ok(int(1));
+    }
+    let free_key = |keys: &mut Keyspace| {
+        keys.del(lock);
+    };
+    let h = HandOver {
+        key: lock,
+        queue: q,
+        counter,
+        token: &token,
+        channel,
+        grant_prefix: at(a, 6),
+        grants: at(a, 7),
+        retention_ms,
+        handed: at(a, 8),
+        unmarked,
+        marked,
+        permit: "",
+    };
+    if let Some(granted) = hand_over(keys, &h, &|_, _| {}, &free_key)? {
+        return Ok(granted);
+    }
+    free_key(keys);
+    Ok(int(1))
+}
