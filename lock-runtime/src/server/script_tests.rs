@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use lock_testing::{RedisCluster, RedisServer, key_slot};
-use redis::aio::MultiplexedConnection;
+use redis::aio::ConnectionLike;
 use redis::{Arg, ErrorKind, FromRedisValue, Script, ServerErrorKind, Value};
 
 use super::acquire::AcquireRequest;
@@ -89,7 +89,7 @@ fn s(text: &'static str) -> Reply {
     Reply::Str(text)
 }
 
-async fn now_ms(conn: &mut MultiplexedConnection) -> i64 {
+async fn now_ms(conn: &mut impl ConnectionLike) -> i64 {
     let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(conn).await.unwrap();
     secs * 1000 + micros / 1000
 }
@@ -101,7 +101,7 @@ fn score_at(score: Score, now: i64) -> i64 {
     }
 }
 
-async fn write(conn: &mut MultiplexedConnection, key: &str, data: &Data, px: Option<u64>) {
+async fn write(conn: &mut impl ConnectionLike, key: &str, data: &Data, px: Option<u64>) {
     let now = now_ms(conn).await;
     let mut cmd = match data {
         Str(v) => redis::cmd("SET").arg(key).arg(*v).clone(),
@@ -163,7 +163,7 @@ fn check_reply(what: &str, want: &Reply, got: &Value, now_us: i64) {
     assert!(ok, "{what}: the reply is {got:?}, not {want:?}");
 }
 
-async fn check_key(what: &str, conn: &mut MultiplexedConnection, key: &str, want: &Data, ttl: Ttl) {
+async fn check_key(what: &str, conn: &mut impl ConnectionLike, key: &str, want: &Data, ttl: Ttl) {
     let now = now_ms(conn).await;
     let kind: String = redis::cmd("TYPE").arg(key).query_async(conn).await.unwrap();
     let ok = match want {
@@ -424,7 +424,7 @@ fn decodes(row: &Row, reply: &Value) -> bool {
 }
 
 /// Sends `cmd`, loading `script` first if the server does not have it.
-async fn call(conn: &mut MultiplexedConnection, script: &Script, cmd: &redis::Cmd) -> Value {
+async fn call(conn: &mut impl ConnectionLike, script: &Script, cmd: &redis::Cmd) -> Value {
     match cmd.query_async::<Value>(conn).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             script.prepare_invoke().load_async(conn).await.unwrap();
@@ -443,7 +443,7 @@ async fn run(rows: Vec<Row>) {
 
 /// Runs `rows` on the server of `conn`, each on an empty database, with `publish` as the
 /// publish command of the rows that give one.
-async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>, publish: &'static str) {
+async fn run_on(conn: &mut impl ConnectionLike, rows: Vec<Row>, publish: &'static str) {
     for mut row in rows {
         for arg in &mut row.args {
             if *arg == "PUBLISH" {
@@ -484,19 +484,7 @@ async fn run_on(conn: &mut MultiplexedConnection, rows: Vec<Row>, publish: &'sta
 /// all the rows: it takes about 2 s to start.
 #[tokio::test]
 async fn every_row_on_a_cluster_primary() {
-    let tables: [fn() -> Vec<Row>; 10] = [
-        acquire_table_rows,
-        acquire_unqueued_table_rows,
-        renew_table_rows,
-        release_table_rows,
-        release_short_table_rows,
-        acquire_permit_table_rows,
-        forget_permit_table_rows,
-        acquire_shared_table_rows,
-        release_shared_table_rows,
-        fence_tables_rows,
-    ];
-    let rows: Vec<Row> = tables.into_iter().flat_map(|table| table()).collect();
+    let rows = every_row();
     let slot = key_slot(LOCK.as_bytes());
     for row in &rows {
         let keys = row.keys.iter().chain(row.before.iter().map(|b| &b.0));
@@ -509,6 +497,34 @@ async fn every_row_on_a_cluster_primary() {
     let client = redis::Client::open(primary.url()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     run_on(&mut conn, rows, "SPUBLISH").await;
+}
+
+/// Every row of every table again, on the server in this process (`Locker::in_memory`): each
+/// script's Rust twin replies and leaves the keys as the script does on Redis.
+#[tokio::test]
+async fn every_row_on_the_in_process_server() {
+    use crate::transport::in_process::InProcess;
+    let server = std::sync::Arc::new(InProcess::new(super::in_process::twins()));
+    let link = crate::transport::link::Link::new_in_process(server);
+    let mut conn = link.conn().await.unwrap();
+    run_on(&mut conn, every_row(), "PUBLISH").await;
+}
+
+/// The rows of every table.
+fn every_row() -> Vec<Row> {
+    let tables: [fn() -> Vec<Row>; 10] = [
+        acquire_table_rows,
+        acquire_unqueued_table_rows,
+        renew_table_rows,
+        release_table_rows,
+        release_short_table_rows,
+        acquire_permit_table_rows,
+        forget_permit_table_rows,
+        acquire_shared_table_rows,
+        release_shared_table_rows,
+        fence_tables_rows,
+    ];
+    tables.into_iter().flat_map(|table| table()).collect()
 }
 
 const LOCK: &str = "lock:{a}";

@@ -251,6 +251,23 @@ pub(super) fn renew(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     Ok(Value::Array(out))
 }
 
+/// `RENEW_ANY_SLOT`: keys among the arguments (one in-process server holds every slot).
+pub(super) fn renew_any_slot(keys: &mut Keyspace, _: &[String], a: &[String]) -> Out {
+    let marks = Marks {
+        unmarked: at(a, 0),
+        marked: at(a, 1),
+        shared: at(a, 2),
+        permits: at(a, 3),
+    };
+    let out = a
+        .get(4..)
+        .unwrap_or_default()
+        .chunks_exact(3)
+        .map(|l| int(renew_one(keys, &l[0], &l[1], &l[2], &marks).unwrap_or(2)))
+        .collect();
+    Ok(Value::Array(out))
+}
+
 /// The marks a renewal knows (see `lua/lib/renew_one.lua`).
 struct Marks<'a> {
     unmarked: &'a str,

@@ -24,6 +24,7 @@ pub(crate) fn twins() -> Vec<(String, Twin)> {
         twin(&scripts::FENCE, exclusive::fence),
         twin(&scripts::RAISE_FENCE, exclusive::raise_fence),
         twin(&scripts::RENEW, exclusive::renew),
+        twin(&scripts::RENEW_ANY_SLOT, exclusive::renew_any_slot),
         twin(&scripts::ACQUIRE_PERMIT, permits::acquire_permit),
         twin(&scripts::FORGET_PERMIT, permits::forget_permit),
         twin(&scripts::ACQUIRE_SHARED, shared::acquire_shared),

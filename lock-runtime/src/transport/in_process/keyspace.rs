@@ -14,6 +14,9 @@ pub(crate) enum Data {
     /// Members in order of (score, member), as Redis orders a sorted set.
     ZSet(Vec<(f64, String)>),
     Hash(HashMap<String, String>),
+    /// A list: only the script tables write one (a key of another type).
+    #[cfg(test)]
+    List,
 }
 
 #[derive(Debug)]
@@ -105,6 +108,8 @@ impl Keyspace {
             Some(Data::Str(_)) => "string",
             Some(Data::ZSet(_)) => "zset",
             Some(Data::Hash(_)) => "hash",
+            #[cfg(test)]
+            Some(Data::List) => "list",
         }
     }
 
@@ -303,6 +308,27 @@ impl Keyspace {
             .filter(|k| matches(k))
             .cloned()
             .collect()
+    }
+
+    /// Writes `data` under `key`, without expiry (the script tables' set-up).
+    #[cfg(test)]
+    pub(crate) fn put(&mut self, key: &str, data: Data) {
+        self.write(key, data, None);
+    }
+
+    /// `FLUSHALL`.
+    #[cfg(test)]
+    pub(crate) fn flush(&mut self) {
+        self.entries.clear();
+    }
+
+    /// A hash's fields and values.
+    #[cfg(test)]
+    pub(crate) fn hgetall(&mut self, key: &str) -> Result<Vec<(String, String)>, WrongType> {
+        Ok(self
+            .hash(key)?
+            .map(|h| h.iter().map(|(f, v)| (f.clone(), v.clone())).collect())
+            .unwrap_or_default())
     }
 
     /// `PUBLISH`: the message goes out once the command that sent it is done.
