@@ -21,6 +21,7 @@ mod error_hints;
 mod eviction;
 mod hand_over;
 mod history_checker;
+mod in_memory;
 mod inspect;
 mod key_formats;
 mod lease;

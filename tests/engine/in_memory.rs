@@ -1,0 +1,199 @@
+//! `Locker::in_memory()`: what a user's tests rely on beyond the behaviour cases it shares with
+//! the Redis deployments (`behaviour.rs`): paused time, `min_hold`, `max_exec`, inspection and
+//! operator release, nested sections, and lockers that share nothing. No server is started.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockOptions, Locker, LostReason, distributed_lock};
+use tokio::time::Instant;
+
+use crate::support::ms;
+
+#[distributed_lock(name = "nightly", ttl = "30s", wait = "5m", guard = lease, locker = locker)]
+async fn nightly(
+    locker: &Locker,
+    runs: Arc<Mutex<Vec<(usize, u64)>>>,
+    i: usize,
+) -> Result<(), LockError> {
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    runs.lock().unwrap().push((i, lease.fence()));
+    Ok(())
+}
+
+/// Waits, in paused time, until `n` callers queue on `name`.
+async fn queued(locker: &Locker, name: &str, n: usize) {
+    for _ in 0..1000 {
+        let info = locker.inspect(name).await.unwrap();
+        if info.is_some_and(|i| i.waiters.len() == n) {
+            return;
+        }
+        tokio::time::sleep(ms(1)).await;
+    }
+    panic!("{n} callers never queued on {name}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_30s_job_with_three_queued_callers_runs_on_paused_time() {
+    let locker = Locker::in_memory();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let (started, real) = (Instant::now(), std::time::Instant::now());
+    let mut calls = Vec::new();
+    for i in 0..4 {
+        let (caller, runs) = (locker.clone(), Arc::clone(&runs));
+        calls.push(tokio::spawn(async move { nightly(&caller, runs, i).await }));
+        // The next caller comes once this one holds the lock or has its place in line.
+        match i {
+            0 => {
+                while locker.inspect("nightly").await.unwrap().is_none() {
+                    tokio::time::sleep(ms(1)).await;
+                }
+            }
+            i => queued(&locker, "nightly", i).await,
+        }
+    }
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let runs = runs.lock().unwrap().clone();
+    let order: Vec<usize> = runs.iter().map(|(i, _)| *i).collect();
+    assert_eq!(order, [0, 1, 2, 3], "served in arrival order");
+    assert!(
+        runs.windows(2).all(|w| w[0].1 < w[1].1),
+        "fences grow: {runs:?}"
+    );
+    // Four bodies of 20 s ran one after another on tokio's clock, each renewed twice.
+    assert!(
+        started.elapsed() >= Duration::from_secs(80),
+        "{:?}",
+        started.elapsed()
+    );
+    eprintln!(
+        "80 s of locked work ran in {:?} of real time",
+        real.elapsed()
+    );
+    assert!(
+        locker.inspect("nightly").await.unwrap().is_none(),
+        "released"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn min_hold_keeps_the_lock_after_a_short_body() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(60)).with_min_hold(Duration::from_secs(50));
+    locker.run("tick", &o, async |_| ()).await.unwrap();
+    let again = locker.run("tick", &o, async |_| ()).await;
+    assert!(matches!(again, Err(LockError::Busy { .. })), "{again:?}");
+    tokio::time::sleep(Duration::from_secs(51)).await;
+    locker.run("tick", &o, async |_| ()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_past_max_exec_is_cancelled_and_the_lock_freed() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(30)).with_max_exec(Duration::from_secs(10));
+    let out = locker
+        .run("slow", &o, async |_| {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        })
+        .await;
+    assert!(
+        matches!(out, Err(LockError::MaxExecExceeded { .. })),
+        "{out:?}"
+    );
+    assert!(locker.inspect("slow").await.unwrap().is_none());
+    locker.run("slow", &o, async |_| ()).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_outlives_its_ttl_only_while_renewed() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(5));
+    let lease = locker.acquire("renewed", &o).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(lease.is_held(), "renewed on tokio's clock");
+    let info = locker.inspect("renewed").await.unwrap().expect("held");
+    assert!(info.ttl_left.is_some_and(|t| t <= Duration::from_secs(5)));
+    lease.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn inspection_lists_and_an_operator_releases() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(30));
+    let a = locker.acquire("invoice:1", &o).await.unwrap();
+    let _b = locker.acquire("invoice:2", &o).await.unwrap();
+    let two = LockOptions::new(Duration::from_secs(30)).with_permits(2);
+    let _p = locker.acquire("export", &two).await.unwrap();
+    let names: Vec<String> = locker
+        .list("invoice:*")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, ["invoice:1", "invoice:2"]);
+    let export = locker.inspect("export").await.unwrap().expect("held");
+    assert_eq!((export.permits, export.holders.len()), (Some(2), 1));
+    let info = locker.inspect("invoice:1").await.unwrap().expect("held");
+    let who = info.holder.as_ref().expect("a holder of ours");
+    assert!(a.token().starts_with(&who.token), "{who:?}");
+    assert_eq!((info.value.as_str(), who.pid), (a.token(), std::process::id()));
+    assert!(
+        !locker
+            .force_release("invoice:1", "not-its-value")
+            .await
+            .unwrap()
+    );
+    assert!(
+        locker
+            .force_release("invoice:1", &info.value)
+            .await
+            .unwrap()
+    );
+    let lost = tokio::time::timeout(Duration::from_secs(20), a.lost()).await;
+    assert_eq!(lost.expect("the holder learns it"), LostReason::NotOwner);
+}
+
+#[tokio::test]
+async fn a_nested_section_runs_under_the_held_lease() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(30));
+    let inner = locker.clone();
+    let fences = locker
+        .run("account:7", &o, async |outer| {
+            let nested = inner
+                .run("account:7", &o, async |lease| lease.fence())
+                .await
+                .unwrap();
+            (outer.fence(), nested)
+        })
+        .await
+        .unwrap();
+    assert_eq!(fences.0, fences.1);
+}
+
+#[tokio::test]
+async fn two_in_memory_lockers_share_no_lock() {
+    let (a, b) = (Locker::in_memory(), Locker::in_memory());
+    let o = LockOptions::new(Duration::from_secs(30));
+    let _held = a.acquire("job", &o).await.unwrap();
+    b.acquire("job", &o).await.unwrap().release().await.unwrap();
+    let busy = a.clone().acquire("job", &o).await;
+    assert!(
+        matches!(busy, Err(LockError::Busy { .. })),
+        "clones share locks"
+    );
+}
+
+#[tokio::test]
+async fn replicas_are_refused_in_memory() {
+    let err = Locker::builder()
+        .in_memory()
+        .replicas(1)
+        .build()
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("in-memory locker has none"), "{err}");
+}
