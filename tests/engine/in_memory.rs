@@ -139,7 +139,10 @@ async fn inspection_lists_and_an_operator_releases() {
     let info = locker.inspect("invoice:1").await.unwrap().expect("held");
     let who = info.holder.as_ref().expect("a holder of ours");
     assert!(a.token().starts_with(&who.token), "{who:?}");
-    assert_eq!((info.value.as_str(), who.pid), (a.token(), std::process::id()));
+    assert_eq!(
+        (info.value.as_str(), who.pid),
+        (a.token(), std::process::id())
+    );
     assert!(
         !locker
             .force_release("invoice:1", "not-its-value")
