@@ -200,3 +200,30 @@ async fn replicas_are_refused_in_memory() {
         .to_string();
     assert!(err.contains("in-memory locker has none"), "{err}");
 }
+
+#[test]
+fn each_runtime_has_locks_of_its_own() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (runtime(), runtime());
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(30));
+    let held_in_a = a.block_on(locker.acquire("job", &o)).unwrap();
+    let held_in_b = b.block_on(locker.acquire("job", &o)).unwrap();
+    a.block_on(async {
+        let busy = locker.clone().acquire("job", &o).await;
+        assert!(matches!(busy, Err(LockError::Busy { .. })), "{busy:?}");
+        let info = locker.inspect("job").await.unwrap().expect("held");
+        assert_eq!(info.value, held_in_a.token());
+    });
+    b.block_on(async {
+        let info = locker.inspect("job").await.unwrap().expect("held");
+        assert_eq!(info.value, held_in_b.token());
+        held_in_b.release().await.unwrap();
+    });
+    a.block_on(held_in_a.release()).unwrap();
+}

@@ -78,7 +78,38 @@ fn test() -> Result<(), String> {
             "--",
             "--include-ignored",
         ],
-    )
+    )?;
+    test_without_redis()
+}
+
+/// A user's crate whose tests lock through `Locker::in_memory()` needs no Redis: the tests of
+/// `tests/fixtures/in-memory-user` run once more with every directory that holds a
+/// `redis-server` taken off PATH (built first, with the whole PATH, as a user's machine would).
+fn test_without_redis() -> Result<(), String> {
+    let package = ["test", "--package", "in-memory-user"];
+    run("cargo", &[&package[..], &["--no-run"]].concat())?;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let kept: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|dir| !dir.join("redis-server").exists())
+        .collect();
+    let path = std::env::join_paths(kept).map_err(|e| format!("PATH: {e}"))?;
+    // The cargo that runs this task, by its path: its own directory may be one taken off.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    eprintln!("+ PATH=<PATH without redis-server> {cargo} {}", package.join(" "));
+    let status = Command::new(&cargo)
+        .args(package)
+        .env("PATH", path)
+        .env_remove("REDIS_SERVER_BIN")
+        .env("LOCK_EXPECT_NO_REDIS_SERVER", "1")
+        .status()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the in-memory fixture's tests failed without redis-server: {status}"
+        ))
+    }
 }
 
 /// CI leaves the benchmark package out, so it is linted here, before it runs.

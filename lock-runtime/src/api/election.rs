@@ -52,7 +52,7 @@ impl Locker {
     /// is first asked.
     pub fn observe(&self, name: &str) -> LeaderWatch {
         LeaderWatch {
-            locker: self.clone(),
+            locker: self.engine_here().unwrap_or_else(|| self.clone()),
             name: name.to_owned(),
             fallback: DEFAULT_FALLBACK,
             seen: None,

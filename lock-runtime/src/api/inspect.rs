@@ -396,6 +396,9 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn inspect(&self, name: &str) -> Result<Option<LockInfo>, LockError> {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.inspect(name)).await;
+        }
         let key = self.key_of(name);
         let deployment = &self.acquirer().deployment;
         let keys = deployment.keys(key.clone());
@@ -461,6 +464,9 @@ impl Locker {
     /// [`LIST_LIMIT`], sorted by name; a lock with permits once, under its name. Keys are found
     /// with `SCAN` on every primary (no `KEYS`), then each is inspected.
     pub async fn list(&self, pattern: &str) -> Result<Vec<LockInfo>, LockError> {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.list(pattern)).await;
+        }
         let format = self.key_format();
         let globs = [
             format.glob(self.prefix(), pattern),
@@ -513,6 +519,9 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn force_release(&self, name: &str, value: &str) -> Result<bool, LockError> {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.force_release(name, value)).await;
+        }
         let deployment = &self.acquirer().deployment;
         let keys = deployment.keys(self.key_of(name));
         if deployment.force_release_permit(name, &keys, value).await?

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use crate::acquire::Acquirer;
+use crate::api::per_runtime::PerRuntime;
 use crate::model::hold::HoldKind;
 use crate::model::keys::{KeyFormat, Keys, check_name};
 use crate::plumbing::telemetry;
@@ -17,6 +18,9 @@ pub struct Locker {
 
 struct Inner {
     acquirer: Acquirer,
+    /// An in-memory locker's engine of each runtime (see `Locker::in_memory`): its calls go
+    /// there, not to `acquirer` (which serves only calls made outside any runtime).
+    engines: Option<PerRuntime>,
     prefix: String,
     format: KeyFormat,
     /// The deployment in a few words (see `Target::describe`), for the log.
@@ -47,8 +51,26 @@ impl Locker {
                 prefix,
                 format,
                 described,
+                engines: None,
             }),
         }
+    }
+
+    /// This locker, whose calls go to the engine of their runtime in `engines`.
+    pub(crate) fn with_engines(self, engines: PerRuntime) -> Self {
+        let inner = Arc::into_inner(self.inner).expect("a locker just built has no clone");
+        Self {
+            inner: Arc::new(Inner {
+                engines: Some(engines),
+                ..inner
+            }),
+        }
+    }
+
+    /// For an in-memory locker, the engine of the caller's runtime (see `PerRuntime`); `None`
+    /// for every other locker, whose calls go to its own engine.
+    pub(crate) fn engine_here(&self) -> Option<Locker> {
+        self.inner.engines.as_ref()?.here()
     }
 
     /// The deployment in a few words: its kind and its URLs, without credentials.
@@ -88,6 +110,9 @@ impl Locker {
 
     /// PINGs every node (all at once); fails unless a majority answers.
     pub async fn check_connection(&self) -> Result<(), LockError> {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.check_connection()).await;
+        }
         self.inner.acquirer.deployment.check().await
     }
 
@@ -115,6 +140,9 @@ impl Locker {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<Lease, LockError> {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.acquire(name, opts)).await;
+        }
         opts.validate_for(name)?;
         if opts.fail_open() {
             return Err(LockError::config(
@@ -194,6 +222,9 @@ impl Locker {
     where
         F: AsyncFnOnce(&Lease) -> T,
     {
+        if let Some(here) = self.engine_here() {
+            return Box::pin(here.run_owned_name(name, opts, body)).await;
+        }
         opts.validate_for(&name)?;
         check_name(&name, self.inner.format)?;
         let key = self.key_of(&name);

@@ -6,6 +6,7 @@ pub(crate) mod default_locker;
 pub(crate) mod election;
 pub(crate) mod inspect;
 pub(crate) mod locker;
+pub(crate) mod per_runtime;
 pub(crate) mod reentrancy;
 pub(crate) mod run;
 pub(crate) mod several;

@@ -160,9 +160,13 @@ impl LockerBuilder {
     /// Locks that live in this process, for tests: no Redis is needed or contacted. Every
     /// behaviour of the engine is the same as on one Redis server (waiting in arrival order,
     /// fences, `permits`, `shared`, `lease`, `min_hold`, `max_exec`, inspection, metrics,
-    /// tracing), and its keys expire on tokio's clock, so `#[tokio::test(start_paused = true)]`
-    /// runs a 30 s lease in no real time. The locks are shared by this locker and its clones
-    /// only: they lock nothing across processes, nor across two in-memory lockers.
+    /// tracing), and everything runs on tokio's clock, so `#[tokio::test(start_paused = true)]`
+    /// runs a 30 s lease in no real time.
+    ///
+    /// The locks lock nothing across processes. Within the process they are shared by the
+    /// callers of this locker and its clones that run on one tokio runtime: each runtime has
+    /// locks of its own, so each `#[tokio::test]` (a runtime of its own) starts with none, also
+    /// through the process default locker, and tests that run at once never share a lock.
     #[must_use]
     pub fn in_memory(self) -> Self {
         self.deploy("in_memory", Target::InMemory)
@@ -279,6 +283,15 @@ impl LockerBuilder {
 
     /// Builds the locker without connecting: the first lock call connects.
     pub fn build(self) -> Result<Locker, LockError> {
+        if matches!(self.deployment, Target::InMemory) {
+            let per_runtime = crate::api::per_runtime::PerRuntime::new(self.clone());
+            return Ok(self.build_one()?.with_engines(per_runtime));
+        }
+        self.build_one()
+    }
+
+    /// The one engine of this builder's deployment.
+    pub(crate) fn build_one(self) -> Result<Locker, LockError> {
         if let Some((first, then)) = self.deployment_calls.1 {
             return Err(LockError::config(
                 "",
@@ -390,7 +403,8 @@ impl Locker {
 
     /// A locker whose locks live in this process, for tests of locked code without Redis (see
     /// [`LockerBuilder::in_memory`]): the same behaviour as on one Redis server, in one process
-    /// only. Its clones share its locks; another `in_memory()` locker has locks of its own.
+    /// only. Its clones share its locks on each tokio runtime; each runtime (each
+    /// `#[tokio::test]`) has locks of its own, and so has another `in_memory()` locker.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -28,15 +28,7 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(refused);
     }
     evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
-    let mut first = loop {
-        let Some((head, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next() else {
-            break None;
-        };
-        if keys.hget(q.states, &head)?.is_some() {
-            break Some(head);
-        }
-        keys.zrem(q.queue, &head)?;
-    };
+    let mut first = first_live(keys, &q)?;
     let queued = first.as_deref() == Some(waiter);
     if queued {
         first = None;
@@ -90,6 +82,19 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }
     Ok(array(vec![int(0), int(pttl)]))
+}
+
+/// The first waiter in line that still has a state; the heads before it leave the queue.
+fn first_live(keys: &mut Keyspace, q: &Queue<'_>) -> Result<Option<String>, WrongType> {
+    loop {
+        let Some((head, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next() else {
+            return Ok(None);
+        };
+        if keys.hget(q.states, &head)?.is_some() {
+            return Ok(Some(head));
+        }
+        keys.zrem(q.queue, &head)?;
+    }
 }
 
 /// `ACQUIRE_UNQUEUED`.

@@ -9,14 +9,13 @@ use crate::transport::in_process::Keyspace;
 
 /// `ACQUIRE_PERMIT`.
 pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
-    let (lock, counter) = (at(k, 0), at(k, 1));
+    let lock = at(k, 0);
     let q = Queue {
         queue: at(k, 2),
         states: at(k, 3),
     };
     let permits: Vec<String> = k.get(4..).unwrap_or_default().to_vec();
-    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
-    let mark = at(a, 4);
+    let (token, ttl_ms, mark) = (at(a, 0), at(a, 1), at(a, 4));
     let (waiter, grace_ms, evict, seen, previous) =
         (at(a, 5), at(a, 6), at(a, 7), at(a, 8), at(a, 9));
     let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
@@ -46,48 +45,22 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
             keys.zrem(q.queue, &id)?;
         }
     }
-    let (mut free, mut mine, mut soonest) = (Vec::new(), None, None::<i64>);
     let handed_here = format!("{handed}{waiter}");
-    for (i, permit) in permits.iter().enumerate() {
-        match keys.get(permit).ok().flatten() {
-            None => free.push(i),
-            Some(value)
-                if !waiter.is_empty()
-                    && (value == handed_here
-                        || (!previous.is_empty()
-                            && (value == previous
-                                || with_mark(previous, unmarked, marked).as_deref()
-                                    == Some(value.as_str())))) =>
-            {
-                mine = Some(i);
-            }
-            Some(_) => {
-                let pttl = keys.pttl(permit);
-                if pttl >= 0 && soonest.is_none_or(|s| pttl < s) {
-                    soonest = Some(pttl);
-                }
-            }
-        }
-    }
+    let is_mine = |value: &str| {
+        !waiter.is_empty()
+            && (value == handed_here
+                || (!previous.is_empty()
+                    && (value == previous
+                        || with_mark(previous, unmarked, marked).as_deref() == Some(value))))
+    };
+    let Scan {
+        free,
+        mine,
+        soonest,
+    } = scan(keys, &permits, is_mine);
     let taken = mine.or_else(|| (ahead < free.len()).then(|| free[0]));
     if let Some(taken) = taken {
-        let last = keys.get(counter);
-        if let Some(why) = unusable(&last) {
-            return Ok(array(vec![int(-2), bulk(&why)]));
-        }
-        let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
-        keys.set(&permits[taken], token, Some(ttl as u64));
-        if !waiter.is_empty() {
-            q.remove(keys, waiter)?;
-        }
-        // The mark lives as long as the longest lease of the permits' holders.
-        if cur.is_none() {
-            keys.set(lock, mark, Some(ttl as u64));
-        } else if keys.pttl(lock) < ttl {
-            keys.pexpire(lock, ttl);
-        }
-        let (fence, _) = next_fence(keys, counter, &last, quantum, retention_ms);
-        return Ok(array(vec![int(1), int(fence as i64), int(taken as i64)]));
+        return take(keys, k, a, &q, (&permits[taken], taken), cur.is_some());
     }
     if !waiter.is_empty() {
         q.join(
@@ -102,6 +75,66 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }
     Ok(array(vec![int(0), int(soonest.unwrap_or(-1))]))
+}
+
+/// The caller takes `permit` (its key and index); the lock's key holds the permits' mark as
+/// long as the longest lease of the permits' holders (`marked`: it does already).
+fn take(
+    keys: &mut Keyspace,
+    k: &[String],
+    a: &[String],
+    q: &Queue<'_>,
+    (permit, index): (&str, usize),
+    marked: bool,
+) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
+    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let (mark, waiter) = (at(a, 4), at(a, 5));
+    let last = keys.get(counter);
+    if let Some(why) = unusable(&last) {
+        return Ok(array(vec![int(-2), bulk(&why)]));
+    }
+    let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
+    keys.set(permit, token, Some(ttl as u64));
+    if !waiter.is_empty() {
+        q.remove(keys, waiter)?;
+    }
+    if !marked {
+        keys.set(lock, mark, Some(ttl as u64));
+    } else if keys.pttl(lock) < ttl {
+        keys.pexpire(lock, ttl);
+    }
+    let (fence, _) = next_fence(keys, counter, &last, quantum, retention_ms);
+    Ok(array(vec![int(1), int(fence as i64), int(index as i64)]))
+}
+
+/// What the permits' keys hold: the free ones, the one handed to the caller, and the least
+/// time left of the others.
+struct Scan {
+    free: Vec<usize>,
+    mine: Option<usize>,
+    soonest: Option<i64>,
+}
+
+fn scan(keys: &mut Keyspace, permits: &[String], is_mine: impl Fn(&str) -> bool) -> Scan {
+    let mut out = Scan {
+        free: Vec::new(),
+        mine: None,
+        soonest: None,
+    };
+    for (i, permit) in permits.iter().enumerate() {
+        match keys.get(permit).ok().flatten() {
+            None => out.free.push(i),
+            Some(value) if is_mine(&value) => out.mine = Some(i),
+            Some(_) => {
+                let pttl = keys.pttl(permit);
+                if pttl >= 0 && out.soonest.is_none_or(|s| pttl < s) {
+                    out.soonest = Some(pttl);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `FORGET_PERMIT`.

@@ -5,7 +5,7 @@ use super::lib::{
     Out, Queue, array, at, bulk, evict_stale_head, foreign, handed_to_another, int, is_ours,
     mark_in_place, next_fence, opt, starts_with, unusable,
 };
-use crate::transport::in_process::Keyspace;
+use crate::transport::in_process::{Keyspace, WrongType};
 
 /// A shared waiter's queue state, `<nonce> <grace ms>` (an exclusive one's has a ttl too).
 fn shared_state(state: Option<&str>) -> bool {
@@ -21,14 +21,13 @@ fn shared_state(state: Option<&str>) -> bool {
 
 /// `ACQUIRE_SHARED`.
 pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
-    let (lock, counter, readers) = (at(k, 0), at(k, 1), at(k, 4));
+    let (lock, readers) = (at(k, 0), at(k, 4));
     let q = Queue {
         queue: at(k, 2),
         states: at(k, 3),
     };
-    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
-    let channel = at(a, 5);
-    let (waiter, grace_ms, evict, seen) = (at(a, 6), at(a, 7), at(a, 8), at(a, 9));
+    let (token, grace_ms) = (at(a, 0), at(a, 7));
+    let (waiter, evict, seen) = (at(a, 6), at(a, 8), at(a, 9));
     let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
     let (shared_mark, permits_mark) = (at(a, 13), at(a, 14));
 
@@ -39,23 +38,7 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         return Ok(refused);
     }
     evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
-    // Whether an exclusive waiter is queued before this caller; the first one in line.
-    let (mut ahead, mut first) = (false, None);
-    for id in keys.zmembers(q.queue)? {
-        if id == waiter {
-            break;
-        }
-        match keys.hget(q.states, &id)? {
-            Some(state) => {
-                first = first.or(Some(id));
-                if !shared_state(Some(&state)) {
-                    ahead = true;
-                    break;
-                }
-            }
-            None => keys.zrem(q.queue, &id)?,
-        }
-    }
+    let (ahead, first) = exclusive_ahead(keys, &q, waiter)?;
     let Ok(cur) = keys.get(lock) else {
         return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
     };
@@ -65,49 +48,7 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
     let shared = starts_with(cur.as_deref(), shared_mark);
     let ours = !waiter.is_empty() && cur.as_deref() == Some(&format!("{handed}{waiter}"));
     if ours || ((cur.is_none() || shared) && !ahead) {
-        let last = keys.get(counter);
-        if let Some(why) = unusable(&last) {
-            return Ok(array(vec![int(-2), bulk(&why)]));
-        }
-        let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
-        let cur = match cur.filter(|_| shared) {
-            None => {
-                let cur = format!("{shared_mark}{token}");
-                keys.del(readers);
-                keys.set(lock, &cur, Some(ttl as u64));
-                cur
-            }
-            Some(cur) => {
-                if keys.pttl(lock) < ttl {
-                    keys.pexpire(lock, ttl);
-                }
-                cur
-            }
-        };
-        if !waiter.is_empty() {
-            q.remove(keys, waiter)?;
-        }
-        let (fence, (s, us)) = next_fence(keys, counter, &last, quantum, retention_ms);
-        // This holder's place ends with its own lease; the places of dead holders go.
-        let ms = s * 1000 + us / 1000;
-        let member = format!("{token} {fence}");
-        keys.zadd(readers, (ms + ttl as u64) as f64, &member, false, false)?;
-        keys.zrem_up_to(readers, ms as f64)?;
-        if keys.pttl(readers) < ttl {
-            keys.pexpire(readers, ttl);
-        }
-        // Shared waiters next in line join too: woken.
-        if let Some((next, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next()
-            && shared_state(keys.hget(q.states, &next)?.as_deref())
-        {
-            keys.publish(channel, &cur);
-        }
-        return Ok(array(vec![
-            int(1),
-            int(fence as i64),
-            bulk(&cur),
-            bulk(&member),
-        ]));
+        return join(keys, k, a, &q, cur.filter(|_| shared));
     }
     if !waiter.is_empty() {
         q.join(keys, waiter, &format!("{token} {grace_ms}"), grace_ms)?;
@@ -123,6 +64,87 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }
     Ok(array(vec![int(0), int(keys.pttl(lock))]))
+}
+
+/// Whether an exclusive waiter is queued before `waiter`; the first live one in line. Heads
+/// without a state leave the queue.
+fn exclusive_ahead(
+    keys: &mut Keyspace,
+    q: &Queue<'_>,
+    waiter: &str,
+) -> Result<(bool, Option<String>), WrongType> {
+    let mut first = None;
+    for id in keys.zmembers(q.queue)? {
+        if id == waiter {
+            break;
+        }
+        match keys.hget(q.states, &id)? {
+            Some(state) => {
+                first = first.or(Some(id));
+                if !shared_state(Some(&state)) {
+                    return Ok((true, first));
+                }
+            }
+            None => keys.zrem(q.queue, &id)?,
+        }
+    }
+    Ok((false, first))
+}
+
+/// The caller joins the shared hold `cur` (none: starts one), with its place among the
+/// holders, which ends with its own lease; the places of holders whose lease ran out go.
+fn join(
+    keys: &mut Keyspace,
+    k: &[String],
+    a: &[String],
+    q: &Queue<'_>,
+    cur: Option<String>,
+) -> Out {
+    let (lock, counter, readers) = (at(k, 0), at(k, 1), at(k, 4));
+    let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
+    let (channel, waiter, shared_mark) = (at(a, 5), at(a, 6), at(a, 13));
+    let last = keys.get(counter);
+    if let Some(why) = unusable(&last) {
+        return Ok(array(vec![int(-2), bulk(&why)]));
+    }
+    let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
+    let cur = match cur {
+        None => {
+            let cur = format!("{shared_mark}{token}");
+            keys.del(readers);
+            keys.set(lock, &cur, Some(ttl as u64));
+            cur
+        }
+        Some(cur) => {
+            if keys.pttl(lock) < ttl {
+                keys.pexpire(lock, ttl);
+            }
+            cur
+        }
+    };
+    if !waiter.is_empty() {
+        q.remove(keys, waiter)?;
+    }
+    let (fence, (s, us)) = next_fence(keys, counter, &last, quantum, retention_ms);
+    let ms = s * 1000 + us / 1000;
+    let member = format!("{token} {fence}");
+    keys.zadd(readers, (ms + ttl as u64) as f64, &member, false, false)?;
+    keys.zrem_up_to(readers, ms as f64)?;
+    if keys.pttl(readers) < ttl {
+        keys.pexpire(readers, ttl);
+    }
+    // Shared waiters next in line join too: woken.
+    if let Some((next, _)) = keys.zrange(q.queue, 0, 0)?.into_iter().next()
+        && shared_state(keys.hget(q.states, &next)?.as_deref())
+    {
+        keys.publish(channel, &cur);
+    }
+    Ok(array(vec![
+        int(1),
+        int(fence as i64),
+        bulk(&cur),
+        bulk(&member),
+    ]))
 }
 
 /// `RELEASE_SHARED`.
