@@ -174,8 +174,30 @@ async fn metrics_count_each_outcome_by_template() {
 
     contention_is_counted_and_waiting_calls_gauged(&env, &m).await;
     permits_are_labelled_by_their_mode(&env, &m).await;
+    in_memory_calls_are_counted_alike(&m).await;
     // Last: it stops the server.
     unlocked_runs_are_counted(&env, &m).await;
+}
+
+/// A `Locker::in_memory()` counts its calls under the same names and labels.
+async fn in_memory_calls_are_counted_alike(m: &Totals) {
+    let locker = Locker::in_memory();
+    let before = m.get("lock_acquired_total", "invoice:{id}");
+    assert_eq!(invoice(&locker, 100).await.unwrap(), 100);
+    assert_eq!(m.get("lock_acquired_total", "invoice:{id}"), before + 1.0);
+    let busy = m.get("lock_busy_total", "invoice:{id}");
+    let holder = locker.acquire("invoice:100", &opts(5_000)).await.unwrap();
+    assert_eq!(m.get("lock_leases_held", "invoice:100"), 1.0);
+    assert!(matches!(
+        invoice(&locker, 100).await,
+        Err(LockError::Busy { .. })
+    ));
+    assert_eq!(m.get("lock_busy_total", "invoice:{id}"), busy + 1.0);
+    holder.release().await.unwrap();
+    assert_eq!(m.get("lock_leases_held", "invoice:100"), 0.0);
+    let err = slow(&locker, 2).await.unwrap_err();
+    assert!(matches!(err, LockError::MaxExecExceeded { .. }));
+    assert_eq!(m.get("lock_max_exec_total", "slow:{id}"), 2.0);
 }
 
 /// A `fail_open` call that finds Redis unreachable runs unlocked and is counted as such; a

@@ -279,3 +279,34 @@ async fn a_loss_is_logged_with_what_it_cancelled() {
         "lock lost while held; the body is cancelled"
     );
 }
+
+/// `Locker::in_memory()` tells the same story: the same span, fields and events.
+#[tokio::test(flavor = "current_thread")]
+async fn an_in_memory_locker_logs_as_a_redis_one_does() {
+    let locker = Locker::in_memory();
+    let recorded = Recorded::default();
+    let _guard = tracing::dispatcher::set_default(&tracing::Dispatch::new(recorded.clone()));
+    let fence = report(&locker, "acme").await.unwrap();
+    let spans = recorded.lock_spans();
+    let span = spans.last().expect("a lock span");
+    assert_eq!(span["template"], "report:{tenant}", "{span:?}");
+    assert_eq!(span["key"], locker.key_of("report:acme"), "{span:?}");
+    assert_eq!(span["fence"], fence.to_string(), "{span:?}");
+    assert_eq!(span["outcome"], "ok", "{span:?}");
+    let released = recorded.events_with("lock released");
+    let [(level, release)] = released.as_slice() else {
+        panic!("{released:?}");
+    };
+    assert_eq!(
+        (*level, release["fence"].clone()),
+        (tracing::Level::INFO, fence.to_string())
+    );
+    let err = slow(&locker).await.unwrap_err();
+    assert!(matches!(err, LockError::MaxExecExceeded { .. }), "{err:?}");
+    recorded.assert_warned("max_exec", "slow");
+    let lease = locker.acquire("taken", &opts(300)).await.unwrap();
+    let value = locker.inspect("taken").await.unwrap().expect("held").value;
+    assert!(locker.force_release("taken", &value).await.unwrap());
+    tokio::time::timeout(ms(2_000), lease.lost()).await.unwrap();
+    recorded.assert_warned("lock lost", "taken");
+}

@@ -95,7 +95,10 @@ fn test_without_redis() -> Result<(), String> {
     let path = std::env::join_paths(kept).map_err(|e| format!("PATH: {e}"))?;
     // The cargo that runs this task, by its path: its own directory may be one taken off.
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    eprintln!("+ PATH=<PATH without redis-server> {cargo} {}", package.join(" "));
+    eprintln!(
+        "+ PATH=<PATH without redis-server> {cargo} {}",
+        package.join(" ")
+    );
     let status = Command::new(&cargo)
         .args(package)
         .env("PATH", path)
