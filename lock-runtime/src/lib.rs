@@ -46,8 +46,10 @@
 //! - `tls`: `rediss://` URLs.
 //! - `metrics`: counters, histograms and gauges through the `metrics` facade.
 //!
-//! The test support (private `redis-server` processes, Redis Cluster, Sentinel and fault
-//! injection, to test your own locked code) is the `lock-testing` crate.
+//! To test your own locked code without Redis, make [`Locker::in_memory`] the default locker:
+//! the same engine, in the test process, on tokio's (pausable) clock. The test support for real
+//! servers (private `redis-server` processes, Redis Cluster, Sentinel and fault injection) is
+//! the `lock-testing` crate.
 //!
 //! # Guides
 //!
@@ -59,7 +61,7 @@
 //!   formats and sharing locks with Python;
 //! - `docs/operations.md`: `lockctl`, tracing events, metrics;
 //! - `docs/performance.md`: the benchmark, how it measures, the current figures;
-//! - `docs/testing.md`: testing your own locked code against private servers.
+//! - `docs/testing.md`: testing your own locked code, without Redis or against private servers.
 
 // The engine's layers, declared from the bottom up. Each folder is one layer and imports only
 // layers declared before it, those that the table in `tests/layering.rs` allows (it reads this
