@@ -227,3 +227,43 @@ fn each_runtime_has_locks_of_its_own() {
     });
     a.block_on(held_in_a.release()).unwrap();
 }
+
+/// A locker shared by a runtime on real time and one on paused time (tests sharing the default
+/// locker): the paused one's lease is renewed on its own clock, by its own engine.
+#[test]
+fn a_lease_on_paused_time_is_renewed_beside_a_real_time_runtime() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(5));
+    let (started, start) = std::sync::mpsc::channel();
+    let (done, finish) = tokio::sync::oneshot::channel::<()>();
+    let real = {
+        let (locker, o) = (locker.clone(), o.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                // First to renew anything: before, the one renewal task ran here.
+                let lease = locker.acquire("on-real-time", &o).await.unwrap();
+                started.send(()).unwrap();
+                let _ = finish.await;
+                lease.release().await.unwrap();
+            });
+        })
+    };
+    start.recv().unwrap();
+    let paused = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    paused.block_on(async {
+        let lease = locker.acquire("on-paused-time", &o).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(lease.is_held(), "renewed on the paused clock");
+        lease.release().await.unwrap();
+    });
+    done.send(()).unwrap();
+    real.join().unwrap();
+}

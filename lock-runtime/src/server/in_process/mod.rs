@@ -7,6 +7,7 @@ mod exclusive;
 mod hand_over;
 mod lib;
 mod permits;
+mod renew;
 mod shared;
 
 use crate::transport::in_process::Twin;
@@ -23,8 +24,8 @@ pub(crate) fn twins() -> Vec<(String, Twin)> {
         twin(&scripts::RELEASE_SHORT, exclusive::release_short),
         twin(&scripts::FENCE, exclusive::fence),
         twin(&scripts::RAISE_FENCE, exclusive::raise_fence),
-        twin(&scripts::RENEW, exclusive::renew),
-        twin(&scripts::RENEW_ANY_SLOT, exclusive::renew_any_slot),
+        twin(&scripts::RENEW, renew::renew),
+        twin(&scripts::RENEW_ANY_SLOT, renew::renew_any_slot),
         twin(&scripts::ACQUIRE_PERMIT, permits::acquire_permit),
         twin(&scripts::FORGET_PERMIT, permits::forget_permit),
         twin(&scripts::ACQUIRE_SHARED, shared::acquire_shared),
