@@ -237,7 +237,7 @@ fn a_lease_on_paused_time_is_renewed_beside_a_real_time_runtime() {
     let (started, start) = std::sync::mpsc::channel();
     let (done, finish) = tokio::sync::oneshot::channel::<()>();
     let real = {
-        let (locker, o) = (locker.clone(), o.clone());
+        let (locker, o) = (locker.clone(), o);
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
