@@ -267,3 +267,62 @@ fn a_lease_on_paused_time_is_renewed_beside_a_real_time_runtime() {
     done.send(()).unwrap();
     real.join().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn leadership_passes_on_resignation_and_watchers_see_it() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(10));
+    let mut watch = locker.observe("scheduler");
+    assert!(watch.changed().await.unwrap().is_none(), "nobody leads yet");
+    let first = locker.campaign("scheduler", &o).await.unwrap();
+    let seen = watch.changed().await.unwrap().expect("a leader");
+    assert_eq!(seen.value, first.token());
+    let next = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.campaign("scheduler", &o).await.unwrap() })
+    };
+    queued(&locker, "scheduler", 1).await;
+    let first_term = first.fence();
+    first.release().await.unwrap();
+    let next = next.await.unwrap();
+    assert!(next.fence() > first_term, "terms grow");
+    loop {
+        let seen = watch.changed().await.unwrap();
+        if seen.is_some_and(|s| s.value.starts_with(next.token())) {
+            break;
+        }
+    }
+    next.release().await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn transfers_both_ways_take_both_accounts_without_deadlock() {
+    let locker = Locker::in_memory();
+    let o = LockOptions::new(Duration::from_secs(10)).with_wait(Duration::from_secs(60));
+    let balances = Arc::new(Mutex::new([1_000i64, 1_000]));
+    let transfer = |names: [&'static str; 2], from: usize| {
+        let (locker, balances) = (locker.clone(), Arc::clone(&balances));
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                let leases = locker.acquire_all(&names, &o).await.unwrap();
+                {
+                    let mut b = balances.lock().unwrap();
+                    b[from] -= 1;
+                    b[1 - from] += 1;
+                }
+                tokio::task::yield_now().await;
+                for lease in leases {
+                    lease.release().await.unwrap();
+                }
+            }
+        })
+    };
+    let (ab, ba) = (transfer(["a", "b"], 0), transfer(["b", "a"], 1));
+    ab.await.unwrap();
+    ba.await.unwrap();
+    assert_eq!(*balances.lock().unwrap(), [1_000, 1_000]);
+    assert!(
+        locker.list("*").await.unwrap().is_empty(),
+        "nothing left held"
+    );
+}

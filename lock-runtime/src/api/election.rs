@@ -52,7 +52,7 @@ impl Locker {
     /// is first asked.
     pub fn observe(&self, name: &str) -> LeaderWatch {
         LeaderWatch {
-            locker: self.engine_here().unwrap_or_else(|| self.clone()),
+            locker: self.clone(),
             name: name.to_owned(),
             fallback: DEFAULT_FALLBACK,
             seen: None,
@@ -98,6 +98,10 @@ impl LeaderWatch {
     /// messages, and reads the leader every `fallback` besides.
     pub async fn changed(&mut self) -> Result<Option<LockInfo>, LockError> {
         if self.subscriptions.is_none() {
+            // An in-memory locker: the engine of the runtime this watcher runs in.
+            if let Some(here) = self.locker.engine_here() {
+                self.locker = here;
+            }
             // Listening before the first read: a release in between is not missed.
             let deployment = &self.locker.acquirer().deployment;
             let channel = deployment.keys(self.locker.key_of(&self.name));
