@@ -10,6 +10,22 @@ static DEFAULT: OnceLock<Result<Locker, String>> = OnceLock::new();
 
 /// Sets the locker used by `#[distributed_lock]` functions without a `locker = ..` option.
 /// Returns the locker back if a default was already set or made.
+///
+/// In tests, `set_default_locker(Locker::in_memory())` runs those functions without Redis:
+/// each test (each tokio runtime) gets locks of its own (see [`Locker::in_memory`]).
+///
+/// ```
+/// use lock_runtime::{Locker, distributed_lock, set_default_locker};
+///
+/// #[distributed_lock(name = "nightly", ttl = "30s")]
+/// async fn nightly() {}
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// set_default_locker(Locker::in_memory()).expect("set once, before the first locked call");
+/// nightly().await;
+/// # }
+/// ```
 pub fn set_default_locker(locker: Locker) -> Result<(), Locker> {
     let mut given = Some(locker);
     DEFAULT.get_or_init(|| {
