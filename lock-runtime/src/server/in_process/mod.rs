@@ -1,7 +1,7 @@
 //! The scripts' twins for the server in this process (`Locker::in_memory`): each script of
 //! `lua/` has one here, which takes the same `KEYS` and `ARGV`, takes the same steps on the
 //! in-process keyspace, and returns the same reply, so that everything above the server is the
-//! one engine. The script tables of `script_tests.rs` run on both (see `twins_tests.rs`).
+//! one engine. Every row of the script tables (`script_tests.rs`) runs on the twins too.
 
 mod exclusive;
 mod hand_over;
