@@ -2,10 +2,14 @@
 
 use std::time::Duration;
 
+use lock_runtime::LockOptions;
 use lock_testing::RedisServer;
 
 use crate::Config;
-use crate::handoff::{HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, polling_handoff};
+use crate::handoff::{
+    HANDOFF_TTL_MS, Pause, Shape, WORKERS, engine_handoff, engine_handoff_kinds, handoff_opts,
+    polling_handoff,
+};
 use crate::handoff_floor::floor_handoff;
 use crate::handoff_stats::Handoff;
 use crate::raw::{command_calls, raw_connection, reads_stats, reset_stats};
@@ -18,6 +22,8 @@ const MIN_UTILISATION: f64 = 0.8;
 const MAX_WAIT_P99: Duration = Duration::from_millis(15);
 /// Every worker gets at least this share of the acquisitions it would get if all were equal.
 const MIN_SHARE: f64 = 0.5;
+/// The most Redis commands one hand-over of a lock may cost.
+const MAX_COMMANDS: f64 = 10.0;
 
 /// What one hand-over cost: CPU µs in the client's threads (the blocking pool's sleeps
 /// included) and in the redis-server process, and the commands the server ran (those inside
@@ -90,6 +96,7 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         "util >= {MIN_UTILISATION:.2}, p99 <= {}, share >= {MIN_SHARE:.2}",
         ms(MAX_WAIT_P99)
     );
+    let mut lock_costs = Vec::new();
     for (letter, shape) in [('a', Shape::SharedLocker), ('b', Shape::SeparateLockers)] {
         let mut runs = Vec::new();
         let mut costs = Vec::new();
@@ -114,6 +121,9 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
                 verdict(meets_targets(&run)),
             );
             runs.push(run);
+        }
+        if shape == Shape::SharedLocker {
+            lock_costs.extend(costs.iter().map(|c| (c.commands, c.server)));
         }
         let worst_util = runs.iter().map(|r| r.utilisation).fold(f64::MAX, f64::min);
         let worst_p99 = runs.iter().map(|r| r.wait(99.0)).max().unwrap_or_default();
@@ -202,6 +212,7 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         ms(floor.stall),
         floor.overlaps,
     ));
+    work_per_hand_over(&server, length, &lock_costs, &floor_cost, report).await;
     report.note(format!(
         "3: {WORKERS} workers, each holds the lock 1 ms (std::thread::sleep on the blocking pool, \
          about 1.1 ms) then stays 1 ms outside, for {length:?} per run; utilisation counts from \
@@ -224,4 +235,74 @@ pub(crate) async fn contended(cfg: &Config, report: &mut Report) {
         ms(polling.mean_hold),
         polling.overlaps,
     ));
+}
+
+/// A kind of hold row 3 measures: its row, what it is, its lock's name and places, and the
+/// options of each worker.
+type Kind = (
+    &'static str,
+    &'static str,
+    (&'static str, u32),
+    fn(usize) -> LockOptions,
+);
+
+/// Rows 3e to 3g: the Redis work of one hand-over (commands, and the server's CPU) of a lock
+/// (the median of the 3a runs), of a permit, and between shared and exclusive holds, beside the
+/// raw FIFO floor's (3d).
+async fn work_per_hand_over(
+    server: &RedisServer,
+    length: std::time::Duration,
+    lock: &[(f64, f64)],
+    floor: &Cost,
+    report: &mut Report,
+) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or_default()
+    };
+    let lock_commands = median(lock.iter().map(|c| c.0).collect());
+    let lock_server = median(lock.iter().map(|c| c.1).collect());
+    let floor_text = format!("{:.1} / {:.0} µs (3d floor)", floor.commands, floor.server);
+    report.row(
+        "3e",
+        "Redis work per hand-over of a lock (3a, median of its runs): commands / server CPU",
+        format!("{lock_commands:.1} / {lock_server:.0} µs"),
+        floor_text.clone(),
+        format!("{:.2} (commands)", lock_commands / floor.commands.max(1.0)),
+        &format!("<= {MAX_COMMANDS:.0} commands"),
+        verdict(lock_commands <= MAX_COMMANDS),
+    );
+    let permit = |_: usize| handoff_opts().with_permits(2);
+    // Half the workers shared, half exclusive: the name passes between the two kinds.
+    let mixed = |w: usize| handoff_opts().with_shared(w.is_multiple_of(2));
+    let kinds: [Kind; 2] = [
+        ("3f", "a permit of 2", ("bench:handoff:permit", 2), permit),
+        (
+            "3g",
+            "shared and exclusive holds (4 workers each)",
+            ("bench:handoff:shared", WORKERS as u32),
+            mixed,
+        ),
+    ];
+    for (row, what, lock, opts_of) in kinds {
+        let url = server.url();
+        let run = engine_handoff_kinds(&url, length, lock, opts_of);
+        let (run, cost) = with_cost(&url, server.pid(), run).await;
+        report.row(
+            row,
+            &format!("Redis work per hand-over of {what}, 8 tasks: commands / server CPU"),
+            format!("{:.1} / {:.0} µs", cost.commands, cost.server),
+            floor_text.clone(),
+            format!("{:.2} (commands)", cost.commands / floor.commands.max(1.0)),
+            "(diagnostic)",
+            Verdict::Info,
+        );
+        report.note(format!(
+            "{row} ({what}): per worker {:?}, {}, utilisation of the {} places {:.3}",
+            run.counts,
+            cost.text(),
+            lock.1,
+            run.utilisation
+        ));
+    }
 }

@@ -169,8 +169,7 @@ pub(crate) async fn engine_handoff_on(
     pause: Pause,
     shape: Shape,
 ) -> Handoff {
-    let opts =
-        LockOptions::new(Duration::from_millis(HANDOFF_TTL_MS)).with_wait(Duration::from_secs(60));
+    let opts = handoff_opts();
     let mut lockers = Vec::new();
     for w in 0..WORKERS {
         if shape == Shape::SeparateLockers || w == 0 {
@@ -193,6 +192,39 @@ pub(crate) async fn engine_handoff_on(
         })
         .collect();
     run(workers, length, pause).await
+}
+
+/// Row 3's workload on the lock `name`, `WORKERS` tasks on one shared `Locker`, worker `w`
+/// taking it with `opts_of(w)`: the other kinds of hold (a permit, shared and exclusive holds),
+/// in `slots` places at once.
+pub(crate) async fn engine_handoff_kinds(
+    url: &str,
+    length: Duration,
+    (name, slots): (&'static str, u32),
+    opts_of: fn(usize) -> LockOptions,
+) -> Handoff {
+    let locker = Locker::builder()
+        .url(url)
+        .connect()
+        .await
+        .expect("locker connects");
+    let workers: Vec<EngineWorker> = (0..WORKERS)
+        .map(|w| EngineWorker {
+            locker: locker.clone(),
+            name,
+            opts: opts_of(w),
+        })
+        .collect();
+    for worker in &workers {
+        let lease = locker.acquire(name, &worker.opts).await.expect("warm-up");
+        lease.release().await.expect("warm-up");
+    }
+    run_slots(workers, length, Pause::Precise, slots).await
+}
+
+/// The options of row 3's workers, for a lock of `HANDOFF_TTL_MS` that waits up to a minute.
+pub(crate) fn handoff_opts() -> LockOptions {
+    LockOptions::new(Duration::from_millis(HANDOFF_TTL_MS)).with_wait(Duration::from_secs(60))
 }
 
 /// A worker of the textbook loop: try SET NX PX, sleep 100 ms on failure; release by
