@@ -85,6 +85,7 @@ pub(crate) async fn cluster(cfg: &Config, report: &mut Report) {
         on_one.waits_text(),
         on_cluster.waits_text()
     ));
+    crate::spread::spread(&cluster, &many_locker, cfg.handoff_run, report).await;
     drop(cluster);
 }
 

@@ -62,6 +62,7 @@ mod redlock;
 mod report;
 mod semaphore;
 mod slow_link;
+mod spread;
 mod stall_probe;
 mod threads;
 mod uncontended;
