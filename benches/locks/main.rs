@@ -49,6 +49,7 @@ mod alloc;
 mod cluster;
 mod compare;
 mod contended;
+mod crowds;
 mod cycle;
 mod delay_proxy;
 mod handoff;
@@ -133,6 +134,9 @@ fn main() {
         }
         if wanted('8') {
             semaphore::semaphore(&cfg, &mut report).await;
+        }
+        if wanted('9') {
+            crowds::crowds(&mut report).await;
         }
     });
     report.print(&cfg, began.elapsed(), &load_before);
