@@ -163,8 +163,11 @@ async fn one_name(report: &mut Report) {
     for w in 0..WAITERS {
         let (locker, served) = (locker.clone(), Arc::clone(&served));
         tasks.push(tokio::spawn(async move {
-            let lease = locker.acquire("bench:queue", &opts()).await.expect("served");
-            served.lock().expect("order").push((w, Instant::now(), lease.token().to_owned()));
+            let lease = locker
+                .acquire("bench:queue", &opts())
+                .await
+                .expect("served");
+            served.lock().expect("order").push((w, Instant::now()));
             lease.release().await.expect("release");
         }));
         // Arrival order: the next waiter comes once this one has its place.
