@@ -244,7 +244,8 @@ fn a_lease_on_paused_time_is_renewed_beside_a_real_time_runtime() {
                 .build()
                 .unwrap();
             runtime.block_on(async move {
-                // First to renew anything: before, the one renewal task ran here.
+                // First to renew anything: a single engine shared by both runtimes would renew
+                // every lease from here, on real time.
                 let lease = locker.acquire("on-real-time", &o).await.unwrap();
                 started.send(()).unwrap();
                 let _ = finish.await;
