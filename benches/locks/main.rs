@@ -52,6 +52,7 @@ mod contended;
 mod crowds;
 mod cycle;
 mod delay_proxy;
+mod fairness;
 mod handoff;
 mod handoff_floor;
 mod handoff_stats;
@@ -137,6 +138,7 @@ fn main() {
         }
         if wanted('9') {
             crowds::crowds(&mut report).await;
+            fairness::fairness(cfg.secs * 2, &mut report).await;
         }
     });
     report.print(&cfg, began.elapsed(), &load_before);
