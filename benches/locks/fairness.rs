@@ -26,6 +26,15 @@ fn summary(counts: &Counts) -> String {
     format!("{total} (least {least}, most {most})")
 }
 
+/// Each client task's acquisitions, in client order.
+async fn join_counts(tasks: Vec<tokio::task::JoinHandle<u64>>) -> Counts {
+    let mut counts = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        counts.push(task.await.expect("client"));
+    }
+    counts
+}
+
 async fn engine(url: &str, clients: usize, window: Duration) -> Counts {
     let opts = LockOptions::new(Duration::from_secs(5)).with_wait(Duration::from_secs(60));
     let mut lockers = Vec::new();
@@ -47,11 +56,7 @@ async fn engine(url: &str, clients: usize, window: Duration) -> Counts {
             })
         })
         .collect();
-    let mut counts = Vec::new();
-    for task in tasks {
-        counts.push(task.await.expect("client"));
-    }
-    counts
+    join_counts(tasks).await
 }
 
 async fn rslock(url: &str, clients: usize, window: Duration) -> Counts {
@@ -73,11 +78,7 @@ async fn rslock(url: &str, clients: usize, window: Duration) -> Counts {
             })
         })
         .collect();
-    let mut counts = Vec::new();
-    for task in tasks {
-        counts.push(task.await.expect("client"));
-    }
-    counts
+    join_counts(tasks).await
 }
 
 /// The Python with redis-py that `cargo xtask setup` makes, if any.

@@ -2,7 +2,7 @@
 
 use redis::Value;
 
-use super::lib::{Queue, bulk, int, next_fence, unusable, with_mark};
+use super::lib::{Queue, bulk, exclusive_state, int, next_fence, short_state, unusable, with_mark};
 use crate::transport::in_process::{Keyspace, WrongType};
 
 /// What a hand-over needs besides the keyspace (see `hand_over.lua`'s `k` and `a`).
@@ -26,22 +26,6 @@ fn tail_after<'t>(text: &'t str, marker: &str) -> Option<&'t str> {
     let at = text.rfind(marker)?;
     let rest = &text[at + marker.len()..];
     (!rest.is_empty() && rest.chars().all(char::is_alphanumeric)).then_some(rest)
-}
-
-/// A waiter's state `<nonce> <ttl> <grace>`: its nonce and grace.
-fn exclusive_state(state: &str) -> Option<(&str, &str)> {
-    let mut parts = state.split(' ');
-    let (nonce, ttl, grace) = (parts.next()?, parts.next()?, parts.next()?);
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (parts.next().is_none() && !nonce.is_empty() && digits(ttl) && digits(grace))
-        .then_some((nonce, grace))
-}
-
-/// A waiter's state `<nonce> <grace>` (a shared or by-id waiter): its grace.
-fn short_state(state: &str) -> Option<&str> {
-    let (nonce, grace) = state.split_once(' ')?;
-    let digits = !grace.is_empty() && grace.bytes().all(|b| b.is_ascii_digit());
-    (!nonce.is_empty() && !nonce.contains(' ') && digits).then_some(grace)
 }
 
 /// With waiters queued, grants the key to the first live one and returns the reply; `None`

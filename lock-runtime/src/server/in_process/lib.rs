@@ -216,6 +216,25 @@ impl Queue<'_> {
     }
 }
 
+/// Whether `text` is one or more decimal digits.
+fn digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// An exclusive waiter's state `<nonce> <ttl> <grace>`: its nonce and grace.
+pub(super) fn exclusive_state(state: &str) -> Option<(&str, &str)> {
+    let mut parts = state.split(' ');
+    let (nonce, ttl, grace) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && !nonce.is_empty() && digits(ttl) && digits(grace))
+        .then_some((nonce, grace))
+}
+
+/// A shared (or by-id) waiter's state `<nonce> <grace>`: its grace.
+pub(super) fn short_state(state: &str) -> Option<&str> {
+    let (nonce, grace) = state.split_once(' ')?;
+    (!nonce.is_empty() && !nonce.contains(' ') && digits(grace)).then_some(grace)
+}
+
 /// `{2, that waiter, its state}` when `cur` hands the lock to a waiter by id.
 pub(super) fn handed_to_another(
     keys: &mut Keyspace,

@@ -3,20 +3,14 @@
 use super::hand_over::{HandOver, hand_over};
 use super::lib::{
     Out, Queue, array, at, bulk, evict_stale_head, foreign, handed_to_another, int, is_ours,
-    mark_in_place, next_fence, opt, starts_with, unusable,
+    mark_in_place, next_fence, opt, short_state, starts_with, unusable,
 };
 use crate::transport::in_process::{Keyspace, WrongType};
 
-/// A shared waiter's queue state, `<nonce> <grace ms>` (an exclusive one's has a ttl too).
+/// Whether `state` is a shared waiter's (`<nonce> <grace ms>`; an exclusive one's has a ttl
+/// too).
 fn shared_state(state: Option<&str>) -> bool {
-    state
-        .and_then(|s| s.split_once(' '))
-        .is_some_and(|(nonce, grace)| {
-            !nonce.is_empty()
-                && !nonce.contains(' ')
-                && !grace.is_empty()
-                && grace.bytes().all(|b| b.is_ascii_digit())
-        })
+    state.and_then(short_state).is_some()
 }
 
 /// `ACQUIRE_SHARED`.

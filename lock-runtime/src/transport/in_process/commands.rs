@@ -2,13 +2,12 @@
 //! uncontended acquire (`SET .. NX PX .. GET`, `TIME`, `GET`), leaving a queue (`ZREM`,
 //! `HDEL`), inspection (`GET`, `PTTL`, `ZRANGE`, `SCAN`) and the set-up checks.
 
-use redis::Value;
+use redis::{RedisResult, Value};
 
-use super::{Keyspace, WrongType};
+use super::{Keyspace, refused};
 
-/// Runs the command `name` with `args`; a command the engine never sends answers an error
-/// value.
-pub(super) fn run(keys: &mut Keyspace, name: &str, args: &[String]) -> Result<Value, WrongType> {
+/// Runs the command `name` with `args`; a command the engine never sends is refused.
+pub(super) fn run(keys: &mut Keyspace, name: &str, args: &[String]) -> RedisResult<Value> {
     let arg = |i: usize| args.get(i).map_or("", String::as_str);
     Ok(match name {
         "PING" => Value::Okay,
@@ -61,13 +60,20 @@ pub(super) fn run(keys: &mut Keyspace, name: &str, args: &[String]) -> Result<Va
         #[cfg(test)]
         _ => set_up(keys, name, args)?,
         #[cfg(not(test))]
-        _ => Value::Nil,
+        _ => return Err(unknown(name)),
     })
+}
+
+/// The error of a command the engine never sends.
+fn unknown(name: &str) -> redis::RedisError {
+    refused(format!(
+        "ERR unknown command `{name}` in the in-process server"
+    ))
 }
 
 /// The commands the script tables set up keys and read them with.
 #[cfg(test)]
-fn set_up(keys: &mut Keyspace, name: &str, args: &[String]) -> Result<Value, WrongType> {
+fn set_up(keys: &mut Keyspace, name: &str, args: &[String]) -> RedisResult<Value> {
     use super::keyspace::Data;
     let arg = |i: usize| args.get(i).map_or("", String::as_str);
     Ok(match name {
@@ -108,12 +114,12 @@ fn set_up(keys: &mut Keyspace, name: &str, args: &[String]) -> Result<Value, Wro
             keys.put(arg(0), Data::List);
             Value::Int(1)
         }
-        _ => Value::Nil,
+        _ => return Err(unknown(name)),
     })
 }
 
 /// `SET key value [NX] [PX ms] [GET]`.
-fn set(keys: &mut Keyspace, args: &[String]) -> Result<Value, WrongType> {
+fn set(keys: &mut Keyspace, args: &[String]) -> RedisResult<Value> {
     let (key, value) = (&args[0], &args[1]);
     let mut options = args[2..].iter();
     let (mut nx, mut px, mut get) = (false, None, false);

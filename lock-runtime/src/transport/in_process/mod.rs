@@ -104,27 +104,31 @@ impl InProcess {
         if name == "EVALSHA" {
             return self.eval(keys, &args[1..]);
         }
-        commands::run(keys, &name, &args[1..]).map_err(|WrongType| {
-            refused("WRONGTYPE Operation against a key holding the wrong kind of value")
-        })
+        commands::run(keys, &name, &args[1..])
     }
 
     /// `EVALSHA sha numkeys key.. arg..`.
     fn eval(&self, keys: &mut Keyspace, args: &[String]) -> RedisResult<Value> {
         let twin = args.first().and_then(|sha| self.twins.get(sha));
         let Some(twin) = twin else {
-            return Err(refused("NOSCRIPT no such script in the in-process server"));
+            return Err(refused(
+                "NOSCRIPT no such script in the in-process server".to_owned(),
+            ));
         };
         let numkeys: usize = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(0);
         let rest = args.get(2..).unwrap_or_default();
         let (script_keys, argv) = rest.split_at(numkeys.min(rest.len()));
-        twin(keys, script_keys, argv).map_err(|WrongType| {
-            refused("WRONGTYPE Operation against a key holding the wrong kind of value")
-        })
+        Ok(twin(keys, script_keys, argv)?)
     }
 }
 
 /// The error of a command the in-process server refuses.
-fn refused(what: &'static str) -> RedisError {
-    RedisError::from((ErrorKind::Client, "in-process server", what.to_owned()))
+fn refused(what: String) -> RedisError {
+    RedisError::from((ErrorKind::Client, "in-process server", what))
+}
+
+impl From<WrongType> for RedisError {
+    fn from(_: WrongType) -> Self {
+        refused("WRONGTYPE Operation against a key holding the wrong kind of value".to_owned())
+    }
 }
