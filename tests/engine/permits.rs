@@ -443,3 +443,48 @@ async fn the_holders_n_lives_as_long_as_they_do() {
     let taken = locker.acquire("pool", &five).await.unwrap();
     taken.release().await.unwrap();
 }
+
+/// The permits' mark on the lock's key keeps the other modes out; a fault that deletes it (an
+/// eviction, a `DEL`) lets them in beside the permit holders, as deleting a held key lets the
+/// next holder in. The holders learn it at their next renewal, or at their release if that comes
+/// first, when the mark is no longer their N's; a holder of their N that set the mark again first
+/// keeps them held, and keeps the other modes out again.
+#[tokio::test]
+async fn a_deleted_mark_lets_another_mode_in_and_the_permit_holders_are_told() {
+    let env = Env::start().await;
+    let three = LockOptions::new(ms(30_000)).with_permits(3);
+    // `a` renews every 200 ms; `b` not before its release.
+    let a = env
+        .locker
+        .acquire("marked", &three.with_lease(ms(600)))
+        .await;
+    let b = env
+        .locker
+        .acquire("marked", &three.with_lease(ms(30_000)))
+        .await;
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let key = env.key("marked");
+    assert_eq!(env.get(&key).await.as_deref(), Some("permits:3"));
+    // Deleted and set again by a holder of the same N: nothing changes for the holders.
+    env.del(&key).await;
+    let c = env.locker.acquire("marked", &three).await.unwrap();
+    let exclusive = LockOptions::new(ms(5_000));
+    let err = env.locker.acquire("marked", &exclusive).await.unwrap_err();
+    assert!(matches!(err, LockError::Config { .. }), "{err}");
+    c.release().await.unwrap();
+    // Deleted, and an exclusive caller is first: it gets in beside the two holders (the fault
+    // happened). `b`'s release says it was lost; `a`'s next renewal tells it.
+    env.del(&key).await;
+    let intruder = env.locker.acquire("marked", &exclusive).await.unwrap();
+    assert!(a.is_held() && b.is_held(), "the holders were not yet told");
+    let err = b.release().await.unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    let told = tokio::time::timeout(ms(5_000), a.lost()).await;
+    told.expect("a permit holder whose mark was taken is told");
+    let err = a.release().await.unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    // The intruder's hold was never touched.
+    assert!(intruder.is_held());
+    intruder.release().await.unwrap();
+    assert_every_key_expires(&env.server).await;
+}

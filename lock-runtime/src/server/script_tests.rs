@@ -1146,7 +1146,34 @@ fn release_table_rows_2() -> Vec<Row> {
             Some("o;w=0"),
             Str("permits:2"),
         ),
+        lost_mark_row("a permit whose mark was deleted is freed and lost", None),
+        lost_mark_row(
+            "a permit whose mark is another mode's is freed and lost",
+            Some("x;w=0"),
+        ),
+        lost_mark_row(
+            "a permit whose mark is another N's is freed and lost",
+            Some("permits:3"),
+        ),
     ]
+}
+
+/// RELEASE of permit 0 of 2 while the lock's key holds `mark` instead of its N's mark: the
+/// permit is freed, the reply says it was not held, and the lock's key is left as it is.
+fn lost_mark_row(what: &'static str, mark: Option<&'static str>) -> Row {
+    let mut before = vec![(P0, Str("t;w=0"), Some(5000))];
+    before.extend(mark.map(|v| (LOCK, Str(v), Some(5000))));
+    let kept = mark.map_or(Absent, Str);
+    Row {
+        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
+        ..release_row(
+            what,
+            before,
+            vec!["t;w=0", "60000"],
+            Int(0),
+            vec![(P0, Absent, Ttl::Any), (LOCK, kept, Ttl::Any)],
+        )
+    }
 }
 
 /// Rows of `release_table`, part 4 of 4.
@@ -1402,6 +1429,18 @@ fn forget_permit_table_rows() -> Vec<Row> {
                 (P0, Absent, Ttl::Any),
                 (LOCK, Str("permits:2"), Ttl::About(5000)),
                 (P1, Str("o;w=0"), Ttl::Any),
+            ],
+        ),
+        row(
+            "the last of these permits forgotten: another N's mark stays",
+            vec![
+                (LOCK, Str("permits:3"), Some(5000)),
+                (P1, Str("t;w=1"), Some(5000)),
+            ],
+            Int(1),
+            vec![
+                (P1, Absent, Ttl::Any),
+                (LOCK, Str("permits:3"), Ttl::About(5000)),
             ],
         ),
         row(

@@ -106,7 +106,8 @@ pub(crate) const RENEW_CODE: &str = concat!(lib!("marks"), lib!("renew_one"), lu
 /// lock's key, its waiter queue and states and its fence counter (declared: on Redis Cluster a
 /// slot in migration then answers for all of them at once); a permit's key comes with its lock's
 /// key and the keys of every permit of the lock (the last permit out frees the lock's key of its
-/// mark). The publish command is `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the
+/// N's mark; a permit whose N's mark is gone or another's is freed and reported not ours, as
+/// another mode may have held the name beside it). The publish command is `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the
 /// message goes only to the primary of the lock's slot, where its waiters listen).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` (a permit's key: with the
 /// permit's index after it) when it was and was granted to that waiter (`~<waiter id>` when

@@ -149,6 +149,14 @@ pub(super) fn release(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     if !short && !is_ours(value.as_deref(), token, unmarked, marked) {
         return Ok(int(0));
     }
+    if let Some(mark_key) = mark_key {
+        let mark = format!("{permits_mark}{}", permits.len());
+        if keys.get(mark_key).ok().flatten().as_deref() != Some(mark.as_str()) {
+            free_key(keys);
+            keys.publish(at(a, 7), token);
+            return Ok(int(0));
+        }
+    }
     if record != "0" {
         raise_counter(keys, counter, record, retention_ms);
     }

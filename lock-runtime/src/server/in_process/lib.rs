@@ -129,12 +129,13 @@ pub(super) fn mark_in_place(
 
 // permits.lua
 
-/// Frees `mark_key` of its permits' mark once none of `permits` exists.
+/// Frees `mark_key` of the mark of these N `permits` once none of them exists.
 pub(super) fn free_mark(keys: &mut Keyspace, mark_key: &str, permits: &[String], mark: &str) {
     if permits.iter().any(|p| keys.exists(p)) {
         return;
     }
-    if starts_with(keys.get(mark_key).ok().flatten().as_deref(), mark) {
+    let ours = format!("{mark}{}", permits.len());
+    if keys.get(mark_key).ok().flatten().as_deref() == Some(ours.as_str()) {
         keys.del(mark_key);
     }
 }

@@ -31,6 +31,14 @@ local short = value == token and keep_ms == '0' and always == '0' and look == '0
 if not short and not is_ours(value, token, unmarked, marked) then
   return 0
 end
+-- A permit holds the name only while the mark of its N keeps the other modes out. With the mark
+-- gone (deleted, evicted) or another's, another mode may have been in beside it: the permit is
+-- freed and the release says it was lost.
+if mark_key and redis.pcall('GET', mark_key) ~= permits_mark .. (#KEYS - 5) then
+  free_key()
+  redis.call(publish, channel, token)
+  return 0
+end
 -- A fence to record (a lease taken by the plain-command path), while the key is still ours.
 if record ~= '0' then raise_counter(counter, record, retention_ms) end
 if short then
