@@ -151,6 +151,11 @@ pub struct Injected {
     pub restart: Option<Restart>,
     /// The tokens of the keys taken from under their holders.
     pub forced: Vec<String>,
+    /// The tokens of the permit holders whose lock's key (the permits' mark, which keeps the
+    /// other modes out) was taken: their own keys stayed, so they learn of it only if the mark
+    /// they renew changed meanwhile (another mode or N took the name), not if a holder of their
+    /// N set it again first.
+    pub unmarked: Vec<String>,
 }
 
 /// Random faults on `rig` until `until` (the soak began at `started`): proxy delays, blackholes
@@ -253,7 +258,11 @@ async fn force(
                 .into_iter()
                 .collect()
         }
-        Forcing::ReadWrite => delete_holders(&rig.server.url(), &locker.key_of(name)).await,
+        Forcing::ReadWrite => {
+            match delete_holders(&rig.server.url(), &locker.key_of(name), 0).await {
+                Taken::Holders(tokens) | Taken::Mark(tokens) => tokens,
+            }
+        }
         Forcing::Mixed(n) if rng.below(2) == 0 => {
             let key = format!("{}:permit:{}", locker.key_of(name), rng.below(u64::from(n)));
             delete_held(&rig.server.url(), &key)
@@ -261,7 +270,18 @@ async fn force(
                 .into_iter()
                 .collect()
         }
-        Forcing::Mixed(_) => delete_holders(&rig.server.url(), &locker.key_of(name)).await,
+        Forcing::Mixed(n) => {
+            let key = locker.key_of(name);
+            match delete_holders(&rig.server.url(), &key, n).await {
+                Taken::Holders(tokens) => tokens,
+                Taken::Mark(tokens) => {
+                    done.faults
+                        .push(format!("permits mark taken: {}", tokens.len()));
+                    done.unmarked.extend(tokens);
+                    return;
+                }
+            }
+        }
     };
     done.faults
         .push(format!("force-release: {}", !tokens.is_empty()));
@@ -289,24 +309,47 @@ pub async fn delete_held(url: &str, key: &str) -> Option<String> {
     value.map(|v| v.split(';').next().unwrap_or_default().to_owned())
 }
 
-/// Deletes the lock's key `key` if it is held, as eviction would; the tokens of its holders: the
-/// exclusive one, or every shared one.
-pub async fn delete_holders(url: &str, key: &str) -> Vec<String> {
-    const GET_DEL: &str = "local v = redis.call('GET', KEYS[1]) if not v then return {} end \
+/// Who held the lock's key that [`delete_holders`] deleted.
+pub enum Taken {
+    /// The exclusive holder, or every shared one.
+    Holders(Vec<String>),
+    /// The permits' mark: the holders of the permit keys, whose own keys stay.
+    Mark(Vec<String>),
+}
+
+/// Deletes the lock's key `key` if it is held, as eviction would; who held it: the exclusive
+/// holder, every shared one, or, for the mark of a lock with permits, the holders of its first
+/// `permits` permit keys.
+pub async fn delete_holders(url: &str, key: &str, permits: u32) -> Taken {
+    const GET_DEL: &str = "local v = redis.call('GET', KEYS[1]) if not v then return {'holders'} end \
         redis.call('DEL', KEYS[1]) \
-        if string.sub(v, 1, 7) == 'shared:' then return redis.call('ZRANGE', KEYS[2], 0, -1) end \
-        return {v}";
+        if string.sub(v, 1, 7) == 'shared:' then \
+          return {'holders', unpack(redis.call('ZRANGE', KEYS[2], 0, -1))} end \
+        if string.sub(v, 1, 8) ~= 'permits:' then return {'holders', v} end \
+        local held = {'mark'} \
+        for i = 3, #KEYS do \
+          local p = redis.call('GET', KEYS[i]) if p then held[#held + 1] = p end end \
+        return held";
     let raw = raw_connection(url).await;
     let mut eval = redis::cmd("EVAL");
     eval.arg(GET_DEL)
-        .arg(2)
+        .arg(2 + permits)
         .arg(key)
         .arg(format!("{key}:readers"));
-    let values: Vec<String> = query(&raw, &eval).await;
-    values
+    for i in 0..permits {
+        eval.arg(format!("{key}:permit:{i}"));
+    }
+    let mut values: Vec<String> = query(&raw, &eval).await;
+    let mark = values.remove(0) == "mark";
+    let tokens = values
         .into_iter()
         .map(|v| v.split(';').next().unwrap_or_default().to_owned())
-        .collect()
+        .collect();
+    if mark {
+        Taken::Mark(tokens)
+    } else {
+        Taken::Holders(tokens)
+    }
 }
 
 /// Kills Redis and starts it again: it loads the older snapshot, and the fence counter comes
