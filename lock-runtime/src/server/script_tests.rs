@@ -824,30 +824,57 @@ fn acquire_table_rows_1() -> Vec<Row> {
 
 /// Rows of `acquire_table`, part 3 of 3.
 fn acquire_table_rows_2() -> Vec<Row> {
-    vec![Row {
-        before: vec![
-            (LOCK, Str("~w0"), Some(3000)),
-            (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
-            (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
-        ],
-        args: vec![
-            "t1;w=0",
-            "2000",
-            "1",
-            "60000",
-            "w1",
-            "3000",
-            "w0",
-            "n0 2000 3000",
-            "",
-        ],
-        after: vec![
-            (LOCK, Str("t1;w=0"), Ttl::About(2000)),
-            (QUEUE, Absent, Ttl::Any),
-            (STATES, Absent, Ttl::Any),
-        ],
-        ..acquire("a stale head is evicted with the key handed to it: taken")
-    }]
+    vec![
+        Row {
+            before: vec![
+                (LOCK, Str("~w0"), Some(3000)),
+                (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                (STATES, Hash(vec![("w0", "n0 2000 3000")]), None),
+            ],
+            args: vec![
+                "t1;w=0",
+                "2000",
+                "1",
+                "60000",
+                "w1",
+                "3000",
+                "w0",
+                "n0 2000 3000",
+                "",
+            ],
+            after: vec![
+                (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+                (QUEUE, Absent, Ttl::Any),
+                (STATES, Absent, Ttl::Any),
+            ],
+            ..acquire("a stale head is evicted with the key handed to it: taken")
+        },
+        Row {
+            before: vec![
+                (QUEUE, Zset(vec![(Abs(1), "w0"), (Abs(2), "w2")]), None),
+                (STATES, Hash(vec![("w2", "n2 2000 3000")]), None),
+            ],
+            reply: Arr(vec![Int(2), s("w2"), s("n2 2000 3000")]),
+            after: vec![
+                (LOCK, Absent, Ttl::Any),
+                (QUEUE, Zset(vec![(Abs(2), "w2")]), Ttl::Any),
+            ],
+            ..acquire("free: heads without a state leave, the first live one's turn")
+        },
+        Row {
+            before: vec![
+                (LOCK, Str("o;w=1"), Some(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                (STATES, Hash(vec![("w2", "n2 2000 3000")]), None),
+            ],
+            reply: Arr(vec![Int(0), AboutMs(5000)]),
+            after: vec![
+                (LOCK, Str("o;w=1"), Ttl::About(5000)),
+                (QUEUE, Zset(vec![(Abs(1), "w0"), (Abs(2), "w1")]), Ttl::Any),
+            ],
+            ..waiter_row("behind a holder: queued last, the head not looked at", "")
+        },
+    ]
 }
 
 #[tokio::test]

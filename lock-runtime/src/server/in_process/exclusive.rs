@@ -26,11 +26,16 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(refused);
     }
     evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
-    let mut first = first_live(keys, &q)?;
-    let queued = first.as_deref() == Some(waiter);
-    if queued {
-        first = None;
-    }
+    // Looked up only where it decides (see `acquire.lua`), once.
+    let mut looked: Option<Option<String>> = None;
+    let mut first_in_line = |keys: &mut Keyspace| -> Result<Option<String>, WrongType> {
+        if let Some(first) = &looked {
+            return Ok(first.clone());
+        }
+        let first = first_live(keys, &q)?.filter(|first| first != waiter);
+        looked = Some(first.clone());
+        Ok(first)
+    };
     let Ok(cur) = keys.get(lock) else {
         return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
     };
@@ -45,7 +50,7 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
                     && (cur == previous
                         || with_mark(previous, unmarked, marked).as_deref() == Some(cur))))
     });
-    if ours || (cur.is_none() && first.is_none()) {
+    if ours || (cur.is_none() && first_in_line(keys)?.is_none()) {
         let last = keys.get(counter);
         if let Some(why) = unusable(&last) {
             return Ok(array(vec![int(-2), bulk(&why)]));
@@ -63,7 +68,7 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     }
     if !waiter.is_empty() {
         let mut created = false;
-        if !queued && (previous.is_empty() || keys.zscore(q.queue, waiter)?.is_none()) {
+        if previous.is_empty() || keys.zscore(q.queue, waiter)?.is_none() {
             created = q.push(keys, waiter)?;
         }
         keys.hset(q.states, waiter, &format!("{token} {ttl_ms} {grace_ms}"))?;
@@ -75,7 +80,9 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(other);
     }
     let pttl = keys.pttl(lock);
-    if let (true, Some(first)) = (pttl < 0, first) {
+    if pttl < 0
+        && let Some(first) = first_in_line(keys)?
+    {
         let state = keys.hget(q.states, &first)?;
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }

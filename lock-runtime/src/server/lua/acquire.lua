@@ -8,14 +8,21 @@ local refused = foreign(queue, 'zset') or foreign(states, 'hash')
 if refused then return refused end
 -- No `EXISTS` first: an absent queue has no head.
 evict_stale_head(queue, states, evict, seen, {lock}, handed)
-local first
-while true do
-  first = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not first or redis.call('HEXISTS', states, first) == 1 then break end
-  redis.call('ZREM', queue, first)
+-- The first live waiter in line, nil when it is this caller; the heads before it without a
+-- state leave the queue. Looked up only where it decides (the key free, or held without an
+-- expiry): behind a holder, a waiter joins the queue without it.
+local first, looked = nil, false
+local function first_in_line()
+  if looked then return first end
+  looked = true
+  while true do
+    first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first or redis.call('HEXISTS', states, first) == 1 then break end
+    redis.call('ZREM', queue, first)
+  end
+  if first == waiter then first = nil end
+  return first
 end
-local queued = first == waiter
-if queued then first = nil end
 local cur = redis.pcall('GET', lock)
 if type(cur) == 'table' then return {-1, redis.call('TYPE', lock).ok} end
 -- Held by permits (see `ACQUIRE_PERMIT`): another mode, which this caller must not wait for.
@@ -23,7 +30,7 @@ if starts_with(cur, permits_mark) then return {-3, cur} end
 -- Handed to this waiter: granted to its previous token, or handed over by id.
 local ours = cur and waiter ~= '' and (cur == handed .. waiter or (previous ~= '' and
   (cur == previous or cur == with_mark(previous, unmarked, marked))))
-if ours or (not cur and not first) then
+if ours or (not cur and not first_in_line()) then
   local last = redis.pcall('GET', counter)
   local why = unusable(last)
   if why then return {-2, why} end
@@ -42,7 +49,7 @@ if waiter ~= '' then
   -- A waiter's first attempt (no previous token) is not in the queue yet (`NX` all the same);
   -- a later one usually is.
   local created = false
-  if not queued and (previous == '' or not redis.call('ZSCORE', queue, waiter)) then
+  if previous == '' or not redis.call('ZSCORE', queue, waiter) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
     created = not last
     redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
@@ -61,7 +68,7 @@ end
 local other = handed_to_another(cur, states, handed)
 if other then return other end
 local pttl = redis.call('PTTL', lock)
-if pttl < 0 and first then
+if pttl < 0 and first_in_line() then
   return {2, first, redis.call('HGET', states, first)}
 end
 return {0, pttl}
