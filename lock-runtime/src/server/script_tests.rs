@@ -1415,8 +1415,45 @@ fn acquire_permit_table_rows_1() -> Vec<Row> {
             Arr(vec![Int(-1), s("string"), s(STATES)]),
             vec![(P0, Absent, Ttl::Any), (LOCK, Absent, Ttl::Any)],
         ),
+        Row {
+            args: PERMIT_WAITER.to_vec(),
+            ..permit_row(
+                "every permit held: a waiter joins last, the line ahead not read",
+                vec![
+                    (LOCK, Str("permits:2"), Some(6000)),
+                    (P0, Str("a;w=0"), Some(4000)),
+                    (P1, Str("b;w=0"), Some(6000)),
+                    (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                    (STATES, Hash(vec![("w2", "n2 2000 3000")]), None),
+                ],
+                Arr(vec![Int(0), AboutMs(4000)]),
+                vec![(QUEUE, Zset(vec![(Abs(1), "w0"), (Abs(2), "w1")]), Ttl::Any)],
+            )
+        },
+        Row {
+            args: PERMIT_WAITER.to_vec(),
+            ..permit_row(
+                "a permit free: waiters ahead without a state leave, the caller takes it",
+                vec![
+                    (LOCK, Str("permits:2"), Some(6000)),
+                    (P0, Str("a;w=0"), Some(4000)),
+                    (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                    (STATES, Hash(vec![("w2", "n2 2000 3000")]), None),
+                ],
+                Arr(vec![Int(1), Fence, Int(1)]),
+                vec![
+                    (P1, Str("t1;w=0"), Ttl::About(2000)),
+                    (QUEUE, Absent, Ttl::Any),
+                ],
+            )
+        },
     ]
 }
+
+/// ACQUIRE_PERMIT's arguments for waiter `w1` (grace 3 s, first attempt) on one of 2 permits.
+const PERMIT_WAITER: [&str; 10] = [
+    "t1;w=0", "2000", "1", "60000", "2", "w1", "3000", "", "", "",
+];
 
 #[tokio::test]
 async fn forget_permit_table() {
@@ -1552,6 +1589,21 @@ fn acquire_shared_table_rows_0() -> Vec<Row> {
             Arr(vec![Int(-1), s("string"), s(READERS)]),
             vec![(LOCK, Absent, Ttl::Any), (READERS, Str("x"), Ttl::None)],
         ),
+        Row {
+            args: vec![
+                "r1;w=0", "2000", "1", "60000", "PUBLISH", "w1", "3000", "", "",
+            ],
+            ..shared_row(
+                "an exclusive holder: a waiter joins last, the line ahead not read",
+                vec![
+                    (LOCK, Str("o;w=1"), Some(5000)),
+                    (QUEUE, Zset(vec![(Abs(1), "w0")]), None),
+                    (STATES, Hash(vec![("w2", "n2 3000")]), None),
+                ],
+                Arr(vec![Int(0), AboutMs(5000)]),
+                vec![(QUEUE, Zset(vec![(Abs(1), "w0"), (Abs(2), "w1")]), Ttl::Any)],
+            )
+        },
     ]
 }
 

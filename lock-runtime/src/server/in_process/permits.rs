@@ -32,19 +32,6 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         return Ok(refused);
     }
     evict_stale_head(keys, &q, evict, seen, &permits, handed)?;
-    // The live waiters queued before this caller, and the first of them.
-    let (mut ahead, mut first) = (0, None);
-    for id in keys.zmembers(q.queue)? {
-        if id == waiter {
-            break;
-        }
-        if keys.hget(q.states, &id)?.is_some() {
-            ahead += 1;
-            first = first.or(Some(id));
-        } else {
-            keys.zrem(q.queue, &id)?;
-        }
-    }
     let handed_here = format!("{handed}{waiter}");
     let is_mine = |value: &str| {
         !waiter.is_empty()
@@ -58,6 +45,22 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         mine,
         soonest,
     } = scan(keys, &permits, is_mine);
+    // The live waiters queued before this caller, and the first of them: read only when a
+    // permit is free (see `acquire_permit.lua`).
+    let (mut ahead, mut first) = (0, None);
+    if mine.is_none() && !free.is_empty() {
+        for id in keys.zmembers(q.queue)? {
+            if id == waiter {
+                break;
+            }
+            if keys.hget(q.states, &id)?.is_some() {
+                ahead += 1;
+                first = first.or(Some(id));
+            } else {
+                keys.zrem(q.queue, &id)?;
+            }
+        }
+    }
     let taken = mine.or_else(|| (ahead < free.len()).then(|| free[0]));
     if let Some(taken) = taken {
         return take(keys, k, a, &q, (&permits[taken], taken), cur.is_some());

@@ -32,7 +32,6 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         return Ok(refused);
     }
     evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
-    let (ahead, first) = exclusive_ahead(keys, &q, waiter)?;
     let Ok(cur) = keys.get(lock) else {
         return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
     };
@@ -41,6 +40,12 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
     }
     let shared = starts_with(cur.as_deref(), shared_mark);
     let ours = !waiter.is_empty() && cur.as_deref() == Some(&format!("{handed}{waiter}"));
+    // Read only when the key is free or shared (see `acquire_shared.lua`).
+    let (ahead, first) = if !ours && (cur.is_none() || shared) {
+        exclusive_ahead(keys, &q, waiter)?
+    } else {
+        (false, None)
+    };
     if ours || ((cur.is_none() || shared) && !ahead) {
         return join(keys, k, a, &q, cur.filter(|_| shared));
     }

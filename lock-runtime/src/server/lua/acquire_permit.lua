@@ -16,17 +16,6 @@ if cur and cur ~= mark then return {-3, cur} end
 local refused = foreign(queue, 'zset') or foreign(states, 'hash')
 if refused then return refused end
 evict_stale_head(queue, states, evict, seen, permits, handed)
--- The live waiters queued before this caller, and the first of them.
-local ahead, first = 0, nil
-for _, id in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-  if id == waiter then break end
-  if redis.call('HEXISTS', states, id) == 1 then
-    ahead = ahead + 1
-    first = first or id
-  else
-    redis.call('ZREM', queue, id)
-  end
-end
 local free, mine, soonest = {}, nil, nil
 for i, permit in ipairs(permits) do
   local value = redis.pcall('GET', permit)
@@ -38,6 +27,21 @@ for i, permit in ipairs(permits) do
   else
     local pttl = redis.call('PTTL', permit)
     if pttl >= 0 and (not soonest or pttl < soonest) then soonest = pttl end
+  end
+end
+-- The live waiters queued before this caller, and the first of them: read only when a permit
+-- is free, the one case where they decide (with every permit held, a waiter joins the queue
+-- without them).
+local ahead, first = 0, nil
+if not mine and #free > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+    if id == waiter then break end
+    if redis.call('HEXISTS', states, id) == 1 then
+      ahead = ahead + 1
+      first = first or id
+    else
+      redis.call('ZREM', queue, id)
+    end
   end
 end
 local taken = mine or (ahead < #free and free[1])

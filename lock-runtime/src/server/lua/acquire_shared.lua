@@ -14,24 +14,28 @@ end
 local refused = foreign(queue, 'zset') or foreign(states, 'hash') or foreign(readers, 'zset')
 if refused then return refused end
 evict_stale_head(queue, states, evict, seen, {lock}, handed)
--- Whether an exclusive waiter is queued before this caller; the first one in line.
-local ahead, first = false, nil
-for _, id in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
-  if id == waiter then break end
-  local state = redis.call('HGET', states, id)
-  if state then
-    first = first or id
-    if not shared_state(state) then ahead = true break end
-  else
-    redis.call('ZREM', queue, id)
-  end
-end
 local cur = redis.pcall('GET', lock)
 if type(cur) == 'table' then return {-1, redis.call('TYPE', lock).ok} end
 -- Held by permits (see `ACQUIRE_PERMIT`): another mode, refused rather than waited for.
 if starts_with(cur, permits_mark) then return {-3, cur} end
 local shared = starts_with(cur, shared_mark)
 local ours = cur and waiter ~= '' and cur == handed .. waiter
+-- Whether an exclusive waiter is queued before this caller; the first one in line. Read only
+-- when the key is free or shared, where they decide: behind an exclusive holder, a waiter joins
+-- the queue without them.
+local ahead, first = false, nil
+if not ours and (not cur or shared) then
+  for _, id in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+    if id == waiter then break end
+    local state = redis.call('HGET', states, id)
+    if state then
+      first = first or id
+      if not shared_state(state) then ahead = true break end
+    else
+      redis.call('ZREM', queue, id)
+    end
+  end
+end
 if ours or ((not cur or shared) and not ahead) then
   local last = redis.pcall('GET', counter)
   local why = unusable(last)
