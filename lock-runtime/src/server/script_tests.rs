@@ -619,12 +619,16 @@ fn release_row(
 /// RELEASE's arguments that go the whole way (look at the queue, publish).
 const WHOLE: [&str; 5] = ["t;w=0", "60000", "0", "PUBLISH", "0"];
 
-/// RELEASE of permit 0 of 2 (`other`: what permit 1 holds), and what the lock's key holds after.
-fn permit_release_row(what: &'static str, other: Option<&'static str>, mark_after: Data) -> Row {
-    let mut before = vec![
-        (LOCK, Str("permits:2"), Some(5000)),
-        (P0, Str("t;w=0"), Some(5000)),
-    ];
+/// RELEASE of permit 0 of 2 while the lock's key holds `mark` (`other`: what permit 1 holds);
+/// the reply, and what the lock's key holds after.
+fn permit_release_row(
+    what: &'static str,
+    (mark, other): (Option<&'static str>, Option<&'static str>),
+    reply: i64,
+    mark_after: Data,
+) -> Row {
+    let mut before = vec![(P0, Str("t;w=0"), Some(5000))];
+    before.extend(mark.map(|v| (LOCK, Str(v), Some(5000))));
     before.extend(other.map(|v| (P1, Str(v), Some(5000))));
     Row {
         keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
@@ -632,7 +636,7 @@ fn permit_release_row(what: &'static str, other: Option<&'static str>, mark_afte
             what,
             before,
             vec!["t;w=0", "60000"],
-            Int(1),
+            Int(reply),
             vec![(P0, Absent, Ttl::Any), (LOCK, mark_after, Ttl::Any)],
         )
     }
@@ -1165,42 +1169,35 @@ fn release_table_rows_2() -> Vec<Row> {
         ),
         permit_release_row(
             "the last permit out frees the lock's key of its mark",
-            None,
+            (Some("permits:2"), None),
+            1,
             Absent,
         ),
         permit_release_row(
             "a permit out with another held: the mark stays",
-            Some("o;w=0"),
+            (Some("permits:2"), Some("o;w=0")),
+            1,
             Str("permits:2"),
         ),
-        lost_mark_row("a permit whose mark was deleted is freed and lost", None),
-        lost_mark_row(
-            "a permit whose mark is another mode's is freed and lost",
-            Some("x;w=0"),
+        permit_release_row(
+            "a permit whose mark was deleted is freed and lost",
+            (None, None),
+            0,
+            Absent,
         ),
-        lost_mark_row(
+        permit_release_row(
+            "a permit whose mark is another mode's is freed and lost",
+            (Some("x;w=0"), None),
+            0,
+            Str("x;w=0"),
+        ),
+        permit_release_row(
             "a permit whose mark is another N's is freed and lost",
-            Some("permits:3"),
+            (Some("permits:3"), None),
+            0,
+            Str("permits:3"),
         ),
     ]
-}
-
-/// RELEASE of permit 0 of 2 while the lock's key holds `mark` instead of its N's mark: the
-/// permit is freed, the reply says it was not held, and the lock's key is left as it is.
-fn lost_mark_row(what: &'static str, mark: Option<&'static str>) -> Row {
-    let mut before = vec![(P0, Str("t;w=0"), Some(5000))];
-    before.extend(mark.map(|v| (LOCK, Str(v), Some(5000))));
-    let kept = mark.map_or(Absent, Str);
-    Row {
-        keys: vec![P0, QUEUE, FENCE_KEY, LOCK, P0, P1],
-        ..release_row(
-            what,
-            before,
-            vec!["t;w=0", "60000"],
-            Int(0),
-            vec![(P0, Absent, Ttl::Any), (LOCK, kept, Ttl::Any)],
-        )
-    }
 }
 
 /// Rows of `release_table`, part 4 of 4.
