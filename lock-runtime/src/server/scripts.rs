@@ -107,8 +107,9 @@ pub(crate) const RENEW_CODE: &str = concat!(lib!("marks"), lib!("renew_one"), lu
 /// slot in migration then answers for all of them at once); a permit's key comes with its lock's
 /// key and the keys of every permit of the lock (the last permit out frees the lock's key of its
 /// N's mark; a permit whose N's mark is gone or another's is freed and reported not ours, as
-/// another mode may have held the name beside it). The publish command is `PUBLISH`, or `SPUBLISH` on Redis Cluster (sharded pub/sub: the
-/// message goes only to the primary of the lock's slot, where its waiters listen).
+/// another mode may have held the name beside it). The publish command is `PUBLISH`, or
+/// `SPUBLISH` on Redis Cluster (sharded pub/sub: the message goes only to the primary of the
+/// lock's slot, where its waiters listen).
 /// Returns 1 when the key was ours, `~<waiter id> <token> <fence>` (a permit's key: with the
 /// permit's index after it) when it was and was granted to that waiter (`~<waiter id>` when
 /// handed over by id), 0 when it was not (then nothing is touched). Ours: the key holds the

@@ -3,8 +3,9 @@
 
 use super::hand_over::{HandOver, hand_over};
 use super::lib::{
-    Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, handed_to_another, int,
-    is_ours, mark_in_place, next_fence, opt, raise_counter, starts_with, unusable, with_mark,
+    Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, handed_to_another,
+    holds_mark, int, is_ours, mark_in_place, next_fence, opt, raise_counter, starts_with, unusable,
+    with_mark,
 };
 use crate::transport::in_process::{Keyspace, WrongType};
 
@@ -156,13 +157,12 @@ pub(super) fn release(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     if !short && !is_ours(value.as_deref(), token, unmarked, marked) {
         return Ok(int(0));
     }
-    if let Some(mark_key) = mark_key {
-        let mark = format!("{permits_mark}{}", permits.len());
-        if keys.get(mark_key).ok().flatten().as_deref() != Some(mark.as_str()) {
-            free_key(keys);
-            keys.publish(at(a, 7), token);
-            return Ok(int(0));
-        }
+    if let Some(mark_key) = mark_key
+        && !holds_mark(keys, mark_key, &permits, permits_mark)
+    {
+        free_key(keys);
+        keys.publish(at(a, 7), token);
+        return Ok(int(0));
     }
     if record != "0" {
         raise_counter(keys, counter, record, retention_ms);

@@ -129,13 +129,23 @@ pub(super) fn mark_in_place(
 
 // permits.lua
 
+/// Whether `mark_key` holds the mark of these N `permits` (`mark` and N).
+pub(super) fn holds_mark(
+    keys: &mut Keyspace,
+    mark_key: &str,
+    permits: &[String],
+    mark: &str,
+) -> bool {
+    let ours = format!("{mark}{}", permits.len());
+    keys.get(mark_key).ok().flatten().as_deref() == Some(ours.as_str())
+}
+
 /// Frees `mark_key` of the mark of these N `permits` once none of them exists.
 pub(super) fn free_mark(keys: &mut Keyspace, mark_key: &str, permits: &[String], mark: &str) {
     if permits.iter().any(|p| keys.exists(p)) {
         return;
     }
-    let ours = format!("{mark}{}", permits.len());
-    if keys.get(mark_key).ok().flatten().as_deref() == Some(ours.as_str()) {
+    if holds_mark(keys, mark_key, permits, mark) {
         keys.del(mark_key);
     }
 }

@@ -3,6 +3,8 @@
 local lock, queue, states, counter = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- A permit's key comes with its lock's key and every permit of the lock.
 local mark_key = KEYS[5]
+local permits = {}
+for i = 6, #KEYS do permits[#permits + 1] = KEYS[i] end
 local token, retention_ms, record, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local keep_ms, always, look = ARGV[5], ARGV[6], ARGV[7]
 local channel, grant_prefix, grants, handed = ARGV[8], ARGV[9], ARGV[10], ARGV[11]
@@ -11,10 +13,7 @@ local unmarked, marked, kept, permits_mark, permit = ARGV[12], ARGV[13], ARGV[14
 -- Deletes the key; the last permit out also frees the lock's key of its permits' mark.
 local function free_key()
   redis.call('DEL', lock)
-  if not mark_key then return end
-  local permits = {}
-  for i = 6, #KEYS do permits[#permits + 1] = KEYS[i] end
-  free_mark(mark_key, permits, permits_mark)
+  if mark_key then free_mark(mark_key, permits, permits_mark) end
 end
 -- Keeps a permit's lock key marked at least `ms` (its permit kept, or handed to a waiter).
 local function hold_mark(ms)
@@ -34,7 +33,7 @@ end
 -- A permit holds the name only while the mark of its N keeps the other modes out. With the mark
 -- gone (deleted, evicted) or another's, another mode may have been in beside it: the permit is
 -- freed and the release says it was lost.
-if mark_key and redis.pcall('GET', mark_key) ~= permits_mark .. (#KEYS - 5) then
+if mark_key and redis.pcall('GET', mark_key) ~= permits_mark .. #permits then
   free_key()
   redis.call(publish, channel, token)
   return 0
