@@ -321,7 +321,8 @@ pub enum Taken {
 /// holder, every shared one, or, for the mark of a lock with permits, the holders of its first
 /// `permits` permit keys.
 pub async fn delete_holders(url: &str, key: &str, permits: u32) -> Taken {
-    const GET_DEL: &str = "local v = redis.call('GET', KEYS[1]) if not v then return {'holders'} end \
+    const GET_DEL: &str = "local v = redis.call('GET', KEYS[1]) \
+        if not v then return {'holders'} end \
         redis.call('DEL', KEYS[1]) \
         if string.sub(v, 1, 7) == 'shared:' then \
           return {'holders', unpack(redis.call('ZRANGE', KEYS[2], 0, -1))} end \
