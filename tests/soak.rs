@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use lock_runtime::{Lease, LockError, LockOptions, Locker};
 use lock_testing::RedisServer;
-use rig::{Baseline, Forcing, Injected, Rig, inject};
+use rig::{Baseline, Forced, Forcing, Injected, Rig, inject};
 use slots::{Kind, assert_sound, slots_soak};
 use support::fenced::FencedStore;
 use support::history::{Hold, HoldMode, Mode, Report};
@@ -115,42 +115,65 @@ impl std::fmt::Display for Counts {
 
 const NAME: &str = "soak";
 
-/// What the loss checks need: the results the calls that held a lease reported, and nested
-/// sections seen inside one body at once.
+/// What the loss checks need: what the calls that held a lease returned, and nested sections
+/// seen inside one body at once.
 #[derive(Default)]
 struct Losses {
-    /// `((token, fence), the call returned success)` for each call that held a lease.
-    results: Mutex<Vec<((String, u64), bool)>>,
+    returned: Mutex<Vec<Returned>>,
     nested_bodies: AtomicU64,
     nested_overlaps: AtomicU64,
 }
 
+/// What one call that held a lease returned, and when.
+struct Returned {
+    token: String,
+    fence: u64,
+    ok: bool,
+    at: Instant,
+}
+
 impl Losses {
     fn record<T>(&self, token: Option<(String, u64)>, res: &Result<T, LockError>) {
-        if let Some(token) = token {
-            self.results.lock().unwrap().push((token, res.is_ok()));
+        if let Some((token, fence)) = token {
+            let (ok, at) = (res.is_ok(), Instant::now());
+            let returned = Returned {
+                token,
+                fence,
+                ok,
+                at,
+            };
+            self.returned.lock().unwrap().push(returned);
         }
     }
 
-    /// Calls that reported success although their key was taken from under them (`forced`, by
-    /// token).
-    fn unreported(&self, forced: &[String]) -> Vec<String> {
-        let results = self.results.lock().unwrap();
-        results
+    /// The calls that held a lease while a key holding its token was taken. A call that had
+    /// returned already held nothing: after a restart from an older snapshot, the queue of that
+    /// moment comes back, and a release may hand the lock to the token of a waiter that got in
+    /// and left meanwhile.
+    fn taken_under(&self, forced: &[Forced]) -> Vec<(String, u64, bool)> {
+        let returned = self.returned.lock().unwrap();
+        returned
             .iter()
-            .filter(|((token, _), ok)| *ok && forced.contains(token))
-            .map(|((token, _), _)| token.clone())
+            .filter(|r| forced.iter().any(|f| f.token == r.token && f.at <= r.at))
+            .map(|r| (r.token.clone(), r.fence, r.ok))
             .collect()
     }
 
+    /// Calls that reported success although their key was taken from under them.
+    fn unreported(&self, forced: &[Forced]) -> Vec<String> {
+        let taken = self.taken_under(forced).into_iter();
+        taken.filter(|t| t.2).map(|t| t.0).collect()
+    }
+
     /// The fences of the leases whose key was taken from under them.
-    fn forced_fences(&self, forced: &[String]) -> HashSet<u64> {
-        let results = self.results.lock().unwrap();
-        results
-            .iter()
-            .filter(|((token, _), _)| forced.contains(token))
-            .map(|((_, fence), _)| *fence)
-            .collect()
+    fn forced_fences(&self, forced: &[Forced]) -> HashSet<u64> {
+        self.taken_under(forced).into_iter().map(|t| t.1).collect()
+    }
+
+    /// Whether the call that held `token` had returned before `at`.
+    fn returned_before(&self, token: &str, at: Instant) -> bool {
+        let returned = self.returned.lock().unwrap();
+        returned.iter().any(|r| r.token == token && r.at < at)
     }
 }
 

@@ -10,7 +10,7 @@ use lock_runtime::{LockError, LockOptions, Locker, LostReason};
 use lock_testing::{FaultProxy, RedisServer, ServerClock};
 use support::{
     Env, acquire_all, acquire_timed, assert_increasing, calls, connect_with, cycle, cycles,
-    eventually, ms, opts, pubsub_channels, raw_connection, spawn_acquire,
+    eventually, ms, opts, pubsub_channels, raw_connection, spawn_acquire, within,
 };
 use tokio::time::{Instant, sleep, timeout};
 
@@ -67,6 +67,66 @@ async fn fences_never_go_backwards_after_a_restart_from_an_older_snapshot() {
     let reconnecting = |e: &LockError| matches!(e, LockError::Redis { .. });
     fences.extend(cycles(&locker, "snapshot", &o, 3, reconnecting).await);
     assert_increasing(&fences, "fences across the restart");
+}
+
+// A restart from an older snapshot also brings back the waiter queue of that moment: a release
+// may hand the lock to a waiter that got it and left since. Nobody renews that grant: the lock
+// is free again after that waiter's grace, not after the queue's lifetime or never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_restored_from_an_older_snapshot_holds_the_lock_for_its_grace_at_most() {
+    let server = RedisServer::start();
+    let locker = Locker::connect(&server.url()).await.unwrap();
+    let holder = locker.acquire("restored-q", &opts(30_000)).await.unwrap();
+    let waiter = spawn_acquire(&locker, "restored-q", opts(30_000).with_wait(ms(10_000)));
+    let queue = format!("{}:waiters", locker.key_of("restored-q"));
+    eventually(ms(3_000), "the waiter queued", || async {
+        let n: usize = query(&server.url(), redis::cmd("ZCARD").arg(&queue)).await;
+        n == 1
+    })
+    .await;
+    let () = query(&server.url(), &redis::cmd("SAVE")).await;
+    holder.release().await.unwrap();
+    let lease = within(ms(5_000), waiter, "the waiter got the lock")
+        .await
+        .unwrap();
+    let token = lease.token().split(';').next().unwrap().to_owned();
+    // Gone: its lease released, its call ended.
+    lease.release().await.unwrap();
+    server.kill();
+    server.restart();
+    // The snapshot's holder comes back; an operator frees it, and the release hands the lock to
+    // the restored waiter, whose call ended long ago.
+    let until = Instant::now() + ms(3_000);
+    let info = loop {
+        match locker.inspect("restored-q").await {
+            Ok(Some(info)) => break info,
+            // The locker reconnects after the restart.
+            Err(LockError::Redis { .. }) if Instant::now() < until => sleep(ms(20)).await,
+            other => panic!("the snapshot's holder is not back: {other:?}"),
+        }
+    };
+    assert!(
+        locker
+            .force_release("restored-q", &info.value)
+            .await
+            .unwrap()
+    );
+    let handed: String = query(
+        &server.url(),
+        redis::cmd("GET").arg(locker.key_of("restored-q")),
+    )
+    .await;
+    assert!(
+        handed.starts_with(&token),
+        "handed to {handed}, not to the restored waiter {token}"
+    );
+    let (lease, waited) =
+        acquire_timed(&locker, "restored-q", &opts(30_000).with_wait(ms(10_000))).await;
+    assert!(
+        waited < ms(2_000),
+        "the lock waited {waited:?} behind a restored waiter"
+    );
+    lease.release().await.unwrap();
 }
 
 // An acquire whose future is dropped while its request is out is undone about one round trip

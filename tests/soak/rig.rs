@@ -149,13 +149,24 @@ pub struct Restart {
 pub struct Injected {
     pub faults: Vec<String>,
     pub restart: Option<Restart>,
-    /// The tokens of the keys taken from under their holders.
-    pub forced: Vec<String>,
+    /// The keys taken from under their holders.
+    pub forced: Vec<Forced>,
     /// The tokens of the permit holders whose lock's key (the permits' mark, which keeps the
     /// other modes out) was taken: their own keys stayed, so they learn of it only if the mark
     /// they renew changed meanwhile (another mode or N took the name), not if a holder of their
     /// N set it again first.
-    pub unmarked: Vec<String>,
+    pub unmarked: Vec<Forced>,
+}
+
+/// A held key the injector took: the token it held, and when it was taken.
+pub struct Forced {
+    pub token: String,
+    pub at: Instant,
+}
+
+fn taken_now(tokens: Vec<String>) -> impl Iterator<Item = Forced> {
+    let at = Instant::now();
+    tokens.into_iter().map(move |token| Forced { token, at })
 }
 
 /// Random faults on `rig` until `until` (the soak began at `started`): proxy delays, blackholes
@@ -277,7 +288,7 @@ async fn force(
                 Taken::Mark(tokens) => {
                     done.faults
                         .push(format!("permits mark taken: {}", tokens.len()));
-                    done.unmarked.extend(tokens);
+                    done.unmarked.extend(taken_now(tokens));
                     return;
                 }
             }
@@ -285,7 +296,7 @@ async fn force(
     };
     done.faults
         .push(format!("force-release: {}", !tokens.is_empty()));
-    done.forced.extend(tokens);
+    done.forced.extend(taken_now(tokens));
 }
 
 /// An operator's force-release of the lock's holder, as `lockctl release --force` makes it.

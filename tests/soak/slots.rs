@@ -245,28 +245,29 @@ pub async fn slots_soak(
 /// The holds that may have been inside past what the name admits, through a fault the name
 /// cannot stop: whatever deletes a held key lets the next holder in, and its holder learns at
 /// its next renewal (see docs/guarantees.md, "What Redis must not lose"). Those are the holds of
-/// keys the injector took (a permit holder's own, or the permits' mark on the lock's key, which
-/// lets the other modes in beside every permit holder), those that ran across the restart on a
-/// lease granted before it, and the uncancelled sections by hand whose release did not report
-/// success (their lease may have run out under them, as a blocked body's would). A `run`
-/// section is not excused: its body never runs past its lease's validity, which ends before the
-/// key's expiry.
+/// keys the injector took while their call ran (a permit holder's own, or the permits' mark on
+/// the lock's key, which lets the other modes in beside every permit holder), those that ran
+/// across the restart on a lease granted before it, and the uncancelled sections by hand whose
+/// release did not report success (their lease may have run out under them, as a blocked body's
+/// would). A `run` section is not excused: its body never runs past its lease's validity, which
+/// ends before the key's expiry.
 fn entitled(records: &Records, injected: &Injected) -> impl Fn(&Hold) -> bool + use<> {
     let fences = records.grants.fences.lock().unwrap();
+    let losses = &records.losses;
     let forced: Vec<u64> = injected
         .forced
         .iter()
         .chain(&injected.unmarked)
-        .filter_map(|token| fences.get(token).copied())
+        .filter(|f| !losses.returned_before(&f.token, f.at))
+        .filter_map(|f| fences.get(&f.token).copied())
         .collect();
-    let released: std::collections::HashSet<u64> = records
-        .losses
-        .results
+    let released: std::collections::HashSet<u64> = losses
+        .returned
         .lock()
         .unwrap()
         .iter()
-        .filter(|(_, ok)| *ok)
-        .map(|((_, fence), _)| *fence)
+        .filter(|r| r.ok)
+        .map(|r| r.fence)
         .collect();
     let restart = injected.restart;
     move |h: &Hold| {
