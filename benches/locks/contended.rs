@@ -33,14 +33,25 @@ struct Cost {
     server: f64,
     commands: f64,
     scripts: f64,
+    /// Commands per hand-over by name, the most frequent first (those below 0.05 left out).
+    by_command: Vec<(String, f64)>,
 }
 
 impl Cost {
     fn text(&self) -> String {
+        let by_command: Vec<String> = self
+            .by_command
+            .iter()
+            .map(|(name, per)| format!("{name} {per:.1}"))
+            .collect();
         format!(
             "CPU per hand-over {:.0} µs client / {:.0} µs server, {:.1} Redis commands per \
-             hand-over ({:.1} of them script calls)",
-            self.client, self.server, self.commands, self.scripts
+             hand-over ({:.1} of them script calls; {})",
+            self.client,
+            self.server,
+            self.commands,
+            self.scripts,
+            by_command.join(", ")
         )
     }
 }
@@ -60,6 +71,7 @@ async fn with_cost(
     let per = |clock: &ThreadClock| clock.elapsed().0 as f64 / 1e3 / hand_overs;
     let (client, server) = (per(&client), per(&server));
     let (mut commands, mut scripts) = (0, 0);
+    let mut by_command = Vec::new();
     for (name, calls) in command_calls(&mut raw).await {
         if reads_stats(&name) {
             continue;
@@ -68,12 +80,18 @@ async fn with_cost(
         if name == "evalsha" {
             scripts += calls;
         }
+        let per = calls as f64 / hand_overs;
+        if per >= 0.05 {
+            by_command.push((name, per));
+        }
     }
+    by_command.sort_by(|a, b| b.1.total_cmp(&a.1));
     let cost = Cost {
         client,
         server,
         commands: commands as f64 / hand_overs,
         scripts: scripts as f64 / hand_overs,
+        by_command,
     };
     (run, cost)
 }

@@ -126,6 +126,7 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
 
     let kinds = [
         Cycle::Floor,
+        Cycle::FencedFloor,
         Cycle::ScriptFloor,
         Cycle::Acquire,
         Cycle::Attr,
@@ -157,6 +158,19 @@ pub(crate) async fn uncontended(cfg: &Config, report: &mut Report) {
         } else {
             Verdict::Miss
         },
+    );
+    report.row(
+        "2f",
+        "64 tasks, distinct names, one Locker: acquire + release, against the fenced floor",
+        rate(many.rate(Cycle::Acquire)),
+        format!(
+            "{} ({FENCED_FLOOR}, 64 tasks; {} of the floor)",
+            rate(many.rate(Cycle::FencedFloor)),
+            many.ratio_text(Cycle::FencedFloor, Cycle::Floor)
+        ),
+        many.ratio_text(Cycle::Acquire, Cycle::FencedFloor),
+        "(diagnostic)",
+        Verdict::Info,
     );
     report.row(
         "2c",
