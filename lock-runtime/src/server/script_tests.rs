@@ -706,6 +706,7 @@ fn acquire_table_rows() -> Vec<Row> {
     rows.extend(acquire_table_rows_0());
     rows.extend(acquire_table_rows_1());
     rows.extend(acquire_table_rows_2());
+    rows.extend(acquire_table_foreign_rows());
     rows
 }
 
@@ -877,6 +878,60 @@ fn acquire_table_rows_2() -> Vec<Row> {
                 (QUEUE, Zset(vec![(Abs(1), "w0"), (Abs(2), "w1")]), Ttl::Any),
             ],
             ..waiter_row("behind a holder: queued last, the head not looked at", "")
+        },
+    ]
+}
+
+/// Rows of `acquire_table`: another client's keys at the queue's names. The attempt reads their
+/// types only when one of its commands meets one, and then writes nothing.
+fn acquire_table_foreign_rows() -> Vec<Row> {
+    vec![
+        Row {
+            before: vec![(STATES, Str("x"), None)],
+            after: vec![
+                (LOCK, Str("t1;w=0"), Ttl::About(2000)),
+                (STATES, Str("x"), Ttl::None),
+            ],
+            ..acquire("the states' name holds another type, nobody queues: taken, untouched")
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000)), (STATES, Str("x"), None)],
+            reply: Arr(vec![Int(-1), s("string"), s(STATES)]),
+            after: vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (QUEUE, Absent, Ttl::Any),
+                (STATES, Str("x"), Ttl::None),
+            ],
+            ..waiter_row(
+                "a waiter meets the states' name of another type: nothing written",
+                "",
+            )
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000)), (QUEUE, Str("x"), None)],
+            reply: Arr(vec![Int(-1), s("string"), s(QUEUE)]),
+            after: vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (QUEUE, Str("x"), Ttl::None),
+                (STATES, Absent, Ttl::Any),
+            ],
+            ..waiter_row(
+                "a waiter meets the queue's name of another type: nothing written",
+                "",
+            )
+        },
+        Row {
+            before: vec![(LOCK, Str("o;w=0"), Some(5000)), (QUEUE, Str("x"), None)],
+            args: vec![
+                "t1;w=0", "2000", "1", "60000", "w1", "3000", "", "", "t0;w=0",
+            ],
+            reply: Arr(vec![Int(-1), s("string"), s(QUEUE)]),
+            after: vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (QUEUE, Str("x"), Ttl::None),
+                (STATES, Absent, Ttl::Any),
+            ],
+            ..acquire("a returning waiter meets the queue's name of another type: nothing written")
         },
     ]
 }
@@ -1327,7 +1382,54 @@ fn acquire_permit_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_permit_table_rows_0());
     rows.extend(acquire_permit_table_rows_1());
+    rows.extend(acquire_permit_table_foreign_rows());
     rows
+}
+
+/// Rows of `acquire_permit_table`: another client's keys at the queue's names. The attempt
+/// reads their types only when one of its commands meets one, and then writes nothing.
+fn acquire_permit_table_foreign_rows() -> Vec<Row> {
+    let waiter = |what, before: Before, reply, after| Row {
+        args: PERMIT_WAITER.to_vec(),
+        ..permit_row(what, before, reply, after)
+    };
+    vec![
+        permit_row(
+            "the states' name holds another type, nobody queues: taken, untouched",
+            vec![(STATES, Str("x"), None)],
+            Arr(vec![Int(1), Fence, Int(0)]),
+            vec![
+                (P0, Str("t1;w=0"), Ttl::About(2000)),
+                (LOCK, Str("permits:2"), Ttl::About(2000)),
+                (STATES, Str("x"), Ttl::None),
+            ],
+        ),
+        waiter(
+            "a waiter meets the states' name of another type: nothing written",
+            vec![
+                (LOCK, Str("permits:2"), Some(6000)),
+                (P0, Str("a;w=0"), Some(4000)),
+                (P1, Str("b;w=0"), Some(4000)),
+                (STATES, Str("x"), None),
+            ],
+            Arr(vec![Int(-1), s("string"), s(STATES)]),
+            vec![(QUEUE, Absent, Ttl::Any), (STATES, Str("x"), Ttl::None)],
+        ),
+        waiter(
+            "a permit handed to a waiter meets the queue's name of another type: not taken",
+            vec![
+                (LOCK, Str("permits:2"), Some(6000)),
+                (P0, Str("a;w=0"), Some(4000)),
+                (P1, Str("~w1"), Some(3000)),
+                (QUEUE, Str("x"), None),
+            ],
+            Arr(vec![Int(-1), s("string"), s(QUEUE)]),
+            vec![
+                (P1, Str("~w1"), Ttl::About(3000)),
+                (QUEUE, Str("x"), Ttl::None),
+            ],
+        ),
+    ]
 }
 
 /// Rows of `acquire_permit_table`, part 1 of 2.
@@ -1405,12 +1507,6 @@ fn acquire_permit_table_rows_1() -> Vec<Row> {
             vec![(LOCK, List, None)],
             Arr(vec![Int(-1), s("list")]),
             vec![(P0, Absent, Ttl::Any)],
-        ),
-        permit_row(
-            "the queue's states hold another type",
-            vec![(STATES, Str("x"), None)],
-            Arr(vec![Int(-1), s("string"), s(STATES)]),
-            vec![(P0, Absent, Ttl::Any), (LOCK, Absent, Ttl::Any)],
         ),
         Row {
             args: PERMIT_WAITER.to_vec(),
@@ -1529,7 +1625,50 @@ fn acquire_shared_table_rows() -> Vec<Row> {
     let mut rows = Vec::new();
     rows.extend(acquire_shared_table_rows_0());
     rows.extend(acquire_shared_table_rows_1());
+    rows.extend(acquire_shared_table_foreign_rows());
     rows
+}
+
+/// Rows of `acquire_shared_table`: another client's keys at the queue's names. The attempt
+/// reads their types only when one of its commands meets one, and then writes nothing.
+fn acquire_shared_table_foreign_rows() -> Vec<Row> {
+    let waiter = |what, before: Before, reply, after| Row {
+        args: vec![
+            "r1;w=0", "2000", "1", "60000", "PUBLISH", "w1", "3000", "", "",
+        ],
+        ..shared_row(what, before, reply, after)
+    };
+    vec![
+        shared_row(
+            "the states' name holds another type, nobody queues: held, untouched",
+            vec![(STATES, Str("x"), None)],
+            Arr(vec![Int(1), Fence, s("shared:r1;w=0"), s("r1;w=0 1*")]),
+            vec![
+                (LOCK, Str("shared:r1;w=0"), Ttl::About(2000)),
+                (STATES, Str("x"), Ttl::None),
+            ],
+        ),
+        waiter(
+            "handed to this waiter, the states' name of another type: the key not written",
+            vec![(LOCK, Str("~w1"), Some(3000)), (STATES, Str("x"), None)],
+            Arr(vec![Int(-1), s("string"), s(STATES)]),
+            vec![
+                (LOCK, Str("~w1"), Ttl::About(3000)),
+                (READERS, Absent, Ttl::Any),
+                (STATES, Str("x"), Ttl::None),
+            ],
+        ),
+        waiter(
+            "behind an exclusive holder, the queue's name of another type: nothing written",
+            vec![(LOCK, Str("o;w=0"), Some(5000)), (QUEUE, Str("x"), None)],
+            Arr(vec![Int(-1), s("string"), s(QUEUE)]),
+            vec![
+                (LOCK, Str("o;w=0"), Ttl::About(5000)),
+                (QUEUE, Str("x"), Ttl::None),
+                (STATES, Absent, Ttl::Any),
+            ],
+        ),
+    ]
 }
 
 /// Rows of `acquire_shared_table`, part 1 of 2.

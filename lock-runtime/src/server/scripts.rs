@@ -32,7 +32,8 @@ macro_rules! lua {
 
 /// Returns `{1, fence}` when taken; `{0, pttl}` when held by someone else; `{2, head, state}` when
 /// the lock is free, or handed to another waiter, and that waiter is first in line; `{-1, type}`
-/// when the key holds another type (`{-1, type, key}` when the queue or its states do), `{-2,
+/// when the key holds another type (`{-1, type, key}` when the queue or its states do and the
+/// attempt meets them: their types are read only then, see `lua/lib/queue.lua`), `{-2,
 /// why}` when the fence counter cannot give a fence (see `lua/lib/counter.lua`); `{-3, value}`
 /// when permits hold the name (the key holds `permits:<N>`, see `ACQUIRE_PERMIT`): another
 /// mode, refused rather than waited for.
@@ -186,7 +187,8 @@ pub(crate) static RELEASE_SHORT: LazyLock<Script> =
 /// held (the soonest expiry, -1 when none has one); `{2, head, state}` when a permit is free but
 /// waiters before this caller come first; `{-3, value}` when the lock's key holds `value`:
 /// another mode or another N; `{-1, type}` when the lock's key holds another type (`{-1, type,
-/// key}` when the queue or its states do); `{-2, why}` when the fence counter cannot give a fence
+/// key}` when the queue or its states do and the attempt meets them); `{-2, why}` when the fence
+/// counter cannot give a fence
 /// (see `lua/lib/counter.lua`; nothing is taken).
 ///
 /// Parameters: [`super::calls::AcquirePermit`]; reply: [`super::replies::Attempt`].

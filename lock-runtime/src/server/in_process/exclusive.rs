@@ -9,8 +9,18 @@ use super::lib::{
 };
 use crate::transport::in_process::{Keyspace, WrongType};
 
-/// `ACQUIRE`.
+/// `ACQUIRE`: the attempt, or the queue's key of another type that one of its commands met.
 pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
+    match attempt(keys, k, a) {
+        Err(WrongType) => foreign(keys, at(k, 2), "zset")
+            .or_else(|| foreign(keys, at(k, 3), "hash"))
+            .ok_or(WrongType),
+        out => out,
+    }
+}
+
+/// `ACQUIRE`'s `attempt`.
+fn attempt(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     let (lock, counter) = (at(k, 0), at(k, 1));
     let q = Queue {
         queue: at(k, 2),
@@ -21,11 +31,6 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         (at(a, 4), at(a, 5), at(a, 6), at(a, 7), at(a, 8));
     let (unmarked, marked, handed, permits_mark) = (at(a, 9), at(a, 10), at(a, 11), at(a, 12));
 
-    if let Some(refused) =
-        foreign(keys, q.queue, "zset").or_else(|| foreign(keys, q.states, "hash"))
-    {
-        return Ok(refused);
-    }
     evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
     // Looked up only where it decides (see `acquire.lua`), once.
     let mut looked: Option<Option<String>> = None;
@@ -68,12 +73,8 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(array(vec![int(1), int(fence as i64)]));
     }
     if !waiter.is_empty() {
-        let mut created = false;
-        if previous.is_empty() || keys.zscore(q.queue, waiter)?.is_none() {
-            created = q.push(keys, waiter)?;
-        }
-        keys.hset(q.states, waiter, &format!("{token} {ttl_ms} {grace_ms}"))?;
-        q.keep(keys, grace_ms, created);
+        let state = format!("{token} {ttl_ms} {grace_ms}");
+        queue_behind(keys, &q, waiter, !previous.is_empty(), &state, grace_ms)?;
         mark_in_place(keys, lock, cur, unmarked, marked);
     }
     let cur = cur.map(str::to_owned);
@@ -88,6 +89,30 @@ pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }
     Ok(array(vec![int(0), int(pttl)]))
+}
+
+/// `waiter` queued with its `state` (in the queue already only if `maybe_queued`): the queue
+/// read, then the state written, then the queue (see `acquire.lua`).
+fn queue_behind(
+    keys: &mut Keyspace,
+    q: &Queue<'_>,
+    waiter: &str,
+    maybe_queued: bool,
+    state: &str,
+    grace_ms: &str,
+) -> Result<(), WrongType> {
+    let queued = maybe_queued && keys.zscore(q.queue, waiter)?.is_some();
+    let last = if queued {
+        None
+    } else {
+        Some(q.last_score(keys)?)
+    };
+    keys.hset(q.states, waiter, state)?;
+    if let Some(last) = last {
+        q.add_after(keys, waiter, last)?;
+    }
+    q.keep(keys, grace_ms, last.is_some_and(|last| last.is_none()));
+    Ok(())
 }
 
 /// The first waiter in line that still has a state; the heads before it leave the queue.

@@ -196,19 +196,35 @@ impl Queue<'_> {
         state: &str,
         grace_ms: &str,
     ) -> Result<(), WrongType> {
-        if keys.zscore(self.queue, waiter)?.is_none() {
-            self.push(keys, waiter)?;
-        }
+        // The queue read, then the state written, then the queue (see `queue.lua`).
+        let queued = keys.zscore(self.queue, waiter)?.is_some();
+        let last = if queued {
+            None
+        } else {
+            Some(self.last_score(keys)?)
+        };
         keys.hset(self.states, waiter, state)?;
+        if let Some(last) = last {
+            self.add_after(keys, waiter, last)?;
+        }
         self.keep(keys, grace_ms, false);
         Ok(())
     }
 
-    /// Adds `waiter` after the last; true when the queue was new.
-    pub(super) fn push(&self, keys: &mut Keyspace, waiter: &str) -> Result<bool, WrongType> {
-        let last = keys.zrange(self.queue, -1, -1)?.first().map(|(_, s)| *s);
+    /// The last arrival number in the queue; `None` when it is empty.
+    pub(super) fn last_score(&self, keys: &mut Keyspace) -> Result<Option<f64>, WrongType> {
+        Ok(keys.zrange(self.queue, -1, -1)?.first().map(|(_, s)| *s))
+    }
+
+    /// Adds `waiter` (unless it is in) with the arrival number after `last`.
+    pub(super) fn add_after(
+        &self,
+        keys: &mut Keyspace,
+        waiter: &str,
+        last: Option<f64>,
+    ) -> Result<(), WrongType> {
         keys.zadd(self.queue, last.unwrap_or(0.0) + 1.0, waiter, true, false)?;
-        Ok(last.is_none())
+        Ok(())
     }
 
     /// Extends both keys to 4 graces once less than half of that is left (or `created`).

@@ -5,7 +5,7 @@ use super::lib::{
     Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, int, is_ours, next_fence,
     opt, unusable, with_mark,
 };
-use crate::transport::in_process::Keyspace;
+use crate::transport::in_process::{Keyspace, WrongType};
 
 /// `ACQUIRE_PERMIT`.
 pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
@@ -14,24 +14,29 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         queue: at(k, 2),
         states: at(k, 3),
     };
-    let permits: Vec<String> = k.get(4..).unwrap_or_default().to_vec();
-    let (token, ttl_ms, mark) = (at(a, 0), at(a, 1), at(a, 4));
-    let (waiter, grace_ms, evict, seen, previous) =
-        (at(a, 5), at(a, 6), at(a, 7), at(a, 8), at(a, 9));
-    let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
-
+    let mark = at(a, 4);
     let Ok(cur) = keys.get(lock) else {
         return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
     };
     if let Some(cur) = cur.as_deref().filter(|cur| *cur != mark) {
         return Ok(array(vec![int(-3), bulk(cur)]));
     }
-    if let Some(refused) =
-        foreign(keys, q.queue, "zset").or_else(|| foreign(keys, q.states, "hash"))
-    {
-        return Ok(refused);
+    match attempt(keys, k, a, &q, cur.is_some()) {
+        Err(WrongType) => foreign(keys, q.queue, "zset")
+            .or_else(|| foreign(keys, q.states, "hash"))
+            .ok_or(WrongType),
+        out => out,
     }
-    evict_stale_head(keys, &q, evict, seen, &permits, handed)?;
+}
+
+/// `ACQUIRE_PERMIT`'s `attempt`, on a name free or held by permits of this N (`held`).
+fn attempt(keys: &mut Keyspace, k: &[String], a: &[String], q: &Queue<'_>, held: bool) -> Out {
+    let permits: Vec<String> = k.get(4..).unwrap_or_default().to_vec();
+    let (token, ttl_ms) = (at(a, 0), at(a, 1));
+    let (waiter, grace_ms, evict, seen, previous) =
+        (at(a, 5), at(a, 6), at(a, 7), at(a, 8), at(a, 9));
+    let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
+    evict_stale_head(keys, q, evict, seen, &permits, handed)?;
     let handed_here = format!("{handed}{waiter}");
     let is_mine = |value: &str| {
         !waiter.is_empty()
@@ -63,7 +68,7 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
     }
     let taken = mine.or_else(|| (ahead < free.len()).then(|| free[0]));
     if let Some(taken) = taken {
-        return take(keys, k, a, &q, (&permits[taken], taken), cur.is_some());
+        return take(keys, k, a, q, (&permits[taken], taken), held);
     }
     if !waiter.is_empty() {
         q.join(
@@ -98,10 +103,11 @@ fn take(
         return Ok(array(vec![int(-2), bulk(&why)]));
     }
     let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
-    keys.set(permit, token, Some(ttl as u64));
+    // Out of the queue before the permit is written (see `acquire_permit.lua`).
     if !waiter.is_empty() {
         q.remove(keys, waiter)?;
     }
+    keys.set(permit, token, Some(ttl as u64));
     if !marked {
         keys.set(lock, mark, Some(ttl as u64));
     } else if keys.pttl(lock) < ttl {

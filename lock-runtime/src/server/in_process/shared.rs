@@ -13,25 +13,33 @@ fn shared_state(state: Option<&str>) -> bool {
     state.and_then(short_state).is_some()
 }
 
-/// `ACQUIRE_SHARED`.
+/// `ACQUIRE_SHARED`: the holders' set checked first (a new hold deletes it), then the attempt,
+/// or the queue's key of another type that one of its commands met.
 pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
-    let (lock, readers) = (at(k, 0), at(k, 4));
+    if let Some(refused) = foreign(keys, at(k, 4), "zset") {
+        return Ok(refused);
+    }
     let q = Queue {
         queue: at(k, 2),
         states: at(k, 3),
     };
+    match attempt(keys, k, a, &q) {
+        Err(WrongType) => foreign(keys, q.queue, "zset")
+            .or_else(|| foreign(keys, q.states, "hash"))
+            .ok_or(WrongType),
+        out => out,
+    }
+}
+
+/// `ACQUIRE_SHARED`'s `attempt`.
+fn attempt(keys: &mut Keyspace, k: &[String], a: &[String], q: &Queue<'_>) -> Out {
+    let lock = at(k, 0);
     let (token, grace_ms) = (at(a, 0), at(a, 7));
     let (waiter, evict, seen) = (at(a, 6), at(a, 8), at(a, 9));
     let (handed, unmarked, marked) = (at(a, 10), at(a, 11), at(a, 12));
     let (shared_mark, permits_mark) = (at(a, 13), at(a, 14));
 
-    let refused = foreign(keys, q.queue, "zset")
-        .or_else(|| foreign(keys, q.states, "hash"))
-        .or_else(|| foreign(keys, readers, "zset"));
-    if let Some(refused) = refused {
-        return Ok(refused);
-    }
-    evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
+    evict_stale_head(keys, q, evict, seen, &[lock.to_owned()], handed)?;
     let Ok(cur) = keys.get(lock) else {
         return Ok(array(vec![int(-1), bulk(keys.type_of(lock))]));
     };
@@ -42,12 +50,12 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
     let ours = !waiter.is_empty() && cur.as_deref() == Some(&format!("{handed}{waiter}"));
     // Read only when the key is free or shared (see `acquire_shared.lua`).
     let (ahead, first) = if !ours && (cur.is_none() || shared) {
-        exclusive_ahead(keys, &q, waiter)?
+        exclusive_ahead(keys, q, waiter)?
     } else {
         (false, None)
     };
     if ours || ((cur.is_none() || shared) && !ahead) {
-        return join(keys, k, a, &q, cur.filter(|_| shared));
+        return join(keys, k, a, q, cur.filter(|_| shared));
     }
     if !waiter.is_empty() {
         q.join(keys, waiter, &format!("{token} {grace_ms}"), grace_ms)?;
@@ -107,6 +115,10 @@ fn join(
         return Ok(array(vec![int(-2), bulk(&why)]));
     }
     let ttl = ttl_ms.parse::<i64>().unwrap_or(0);
+    // Out of the queue before the key is written (see `acquire_shared.lua`).
+    if !waiter.is_empty() {
+        q.remove(keys, waiter)?;
+    }
     let cur = match cur {
         None => {
             let cur = format!("{shared_mark}{token}");
@@ -121,9 +133,6 @@ fn join(
             cur
         }
     };
-    if !waiter.is_empty() {
-        q.remove(keys, waiter)?;
-    }
     let (fence, (s, us)) = next_fence(keys, counter, &last, quantum, retention_ms);
     let ms = s * 1000 + us / 1000;
     let member = format!("{token} {fence}");

@@ -8,6 +8,25 @@ local function foreign(key, kind)
   if found ~= 'none' and found ~= kind then return {-1, found, key} end
 end
 
+-- Runs `attempt` and returns its reply. When one of its commands met a key of another type at
+-- one of `names` (`{key, kind}` pairs: another client's keys at the queue's names), the reply is
+-- `foreign`'s for the first of them instead: the types are read only then, not on every
+-- attempt. Such a command fails before it writes, and the scripts touch those keys in an order
+-- that leaves them as they were, but for the attempt's waiter taken out of its own queue.
+local function unless_foreign(attempt, names)
+  local ok, out = pcall(attempt)
+  if ok then return out end
+  -- The error is a table or a string, depending on the Redis version.
+  local text = type(out) == 'table' and out.err or out
+  if type(text) == 'string' and string.find(text, 'WRONGTYPE', 1, true) then
+    for _, name in ipairs(names) do
+      local refused = foreign(name[1], name[2])
+      if refused then return refused end
+    end
+  end
+  error(out)
+end
+
 -- Evicts the queue head `evict` (a waiter id; empty: none) if its state is still `seen`, the
 -- state a caller saw it in for longer than its grace (see `ACQUIRE`), with any of the `locks`
 -- keys handed to it by id (`handed` and its id).
@@ -21,13 +40,15 @@ local function evict_stale_head(queue, states, evict, seen, locks, handed)
 end
 
 -- Puts `waiter` at the end of the queue unless it is in it, writes its `state`, and keeps both
--- for 4 of its graces (`grace_ms`), extended once less than half of that is left.
+-- for 4 of its graces (`grace_ms`), extended once less than half of that is left. The queue is
+-- read, then the state written, then the queue (see `unless_foreign`).
 local function join_queue(queue, states, waiter, state, grace_ms)
-  if not redis.call('ZSCORE', queue, waiter) then
-    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+  local queued, last = redis.call('ZSCORE', queue, waiter), nil
+  if not queued then last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] end
+  redis.call('HSET', states, waiter, state)
+  if not queued then
     redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
   end
-  redis.call('HSET', states, waiter, state)
   local keep = 4 * tonumber(grace_ms)
   if redis.call('PTTL', states) < keep / 2 then
     redis.call('PEXPIRE', queue, keep)
