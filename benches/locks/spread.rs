@@ -24,8 +24,9 @@ fn name(i: usize) -> String {
     format!("bench:spread:{i}")
 }
 
-/// `TASKS` tasks, each taking and releasing the names `t`, `t + TASKS`, ... in turn for
-/// `window`; returns how many cycles they made.
+/// `TASKS` tasks, each taking and releasing the names `t`, `t + TASKS`, ... below `NAMES` in
+/// turn for `window` (no two tasks share a name, so none finds one busy); returns how many
+/// cycles they made.
 async fn cycle_names(locker: &Locker, window: Duration) -> u64 {
     let cycles = Arc::new(AtomicU64::new(0));
     let end = Instant::now() + window;
@@ -35,10 +36,13 @@ async fn cycle_names(locker: &Locker, window: Duration) -> u64 {
             tokio::spawn(async move {
                 let mut i = t;
                 while Instant::now() < end {
-                    let lease = locker.acquire(&name(i % NAMES), &CYCLE_OPTS).await;
+                    let lease = locker.acquire(&name(i), &CYCLE_OPTS).await;
                     lease.expect("acquire").release().await.expect("release");
                     cycles.fetch_add(1, Ordering::Relaxed);
                     i += TASKS;
+                    if i >= NAMES {
+                        i = t;
+                    }
                 }
             })
         })
