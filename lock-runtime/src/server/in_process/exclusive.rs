@@ -3,42 +3,38 @@
 
 use super::hand_over::{HandOver, hand_over};
 use super::lib::{
-    Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, handed_to_another,
-    holds_mark, int, is_ours, mark_in_place, next_fence, opt, raise_counter, starts_with, unusable,
+    Out, Queue, array, at, bulk, evict_stale_head, free_mark, handed_to_another, holds_mark, int,
+    is_ours, mark_in_place, next_fence, opt, raise_counter, starts_with, unless_foreign, unusable,
     with_mark,
 };
 use crate::transport::in_process::{Keyspace, WrongType};
 
 /// `ACQUIRE`: the attempt, or the queue's key of another type that one of its commands met.
 pub(super) fn acquire(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
-    match attempt(keys, k, a) {
-        Err(WrongType) => foreign(keys, at(k, 2), "zset")
-            .or_else(|| foreign(keys, at(k, 3), "hash"))
-            .ok_or(WrongType),
-        out => out,
-    }
-}
-
-/// `ACQUIRE`'s `attempt`.
-fn attempt(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
-    let (lock, counter) = (at(k, 0), at(k, 1));
     let q = Queue {
         queue: at(k, 2),
         states: at(k, 3),
     };
+    let out = attempt(keys, k, a, &q);
+    unless_foreign(keys, &q, out)
+}
+
+/// `ACQUIRE`'s `attempt`.
+fn attempt(keys: &mut Keyspace, k: &[String], a: &[String], q: &Queue<'_>) -> Out {
+    let (lock, counter) = (at(k, 0), at(k, 1));
     let (token, ttl_ms, quantum, retention_ms) = (at(a, 0), at(a, 1), at(a, 2), at(a, 3));
     let (waiter, grace_ms, evict, seen, previous) =
         (at(a, 4), at(a, 5), at(a, 6), at(a, 7), at(a, 8));
     let (unmarked, marked, handed, permits_mark) = (at(a, 9), at(a, 10), at(a, 11), at(a, 12));
 
-    evict_stale_head(keys, &q, evict, seen, &[lock.to_owned()], handed)?;
+    evict_stale_head(keys, q, evict, seen, &[lock.to_owned()], handed)?;
     // Looked up only where it decides (see `acquire.lua`), once.
     let mut looked: Option<Option<String>> = None;
     let mut first_in_line = |keys: &mut Keyspace| -> Result<Option<String>, WrongType> {
         if let Some(first) = &looked {
             return Ok(first.clone());
         }
-        let first = first_live(keys, &q)?.filter(|first| first != waiter);
+        let first = first_live(keys, q)?.filter(|first| first != waiter);
         looked = Some(first.clone());
         Ok(first)
     };
@@ -74,7 +70,8 @@ fn attempt(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
     }
     if !waiter.is_empty() {
         let state = format!("{token} {ttl_ms} {grace_ms}");
-        queue_behind(keys, &q, waiter, !previous.is_empty(), &state, grace_ms)?;
+        let created = q.enter(keys, waiter, &state, !previous.is_empty())?;
+        q.keep(keys, grace_ms, created);
         mark_in_place(keys, lock, cur, unmarked, marked);
     }
     let cur = cur.map(str::to_owned);
@@ -89,30 +86,6 @@ fn attempt(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
         return Ok(array(vec![int(2), bulk(&first), opt(state)]));
     }
     Ok(array(vec![int(0), int(pttl)]))
-}
-
-/// `waiter` queued with its `state` (in the queue already only if `maybe_queued`): the queue
-/// read, then the state written, then the queue (see `acquire.lua`).
-fn queue_behind(
-    keys: &mut Keyspace,
-    q: &Queue<'_>,
-    waiter: &str,
-    maybe_queued: bool,
-    state: &str,
-    grace_ms: &str,
-) -> Result<(), WrongType> {
-    let queued = maybe_queued && keys.zscore(q.queue, waiter)?.is_some();
-    let last = if queued {
-        None
-    } else {
-        Some(q.last_score(keys)?)
-    };
-    keys.hset(q.states, waiter, state)?;
-    if let Some(last) = last {
-        q.add_after(keys, waiter, last)?;
-    }
-    q.keep(keys, grace_ms, last.is_some_and(|last| last.is_none()));
-    Ok(())
 }
 
 /// The first waiter in line that still has a state; the heads before it leave the queue.

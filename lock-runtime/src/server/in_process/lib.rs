@@ -158,6 +158,17 @@ pub(super) fn foreign(keys: &mut Keyspace, key: &str, kind: &str) -> Option<Valu
     (found != "none" && found != kind).then(|| array(vec![int(-1), bulk(found), bulk(key)]))
 }
 
+/// `out`, the reply of an attempt on the queue `q`; when one of its commands met a key of
+/// another type, `foreign`'s reply for the queue or its states instead (`unless_foreign`).
+pub(super) fn unless_foreign(keys: &mut Keyspace, q: &Queue<'_>, out: Out) -> Out {
+    match out {
+        Err(WrongType) => foreign(keys, q.queue, "zset")
+            .or_else(|| foreign(keys, q.states, "hash"))
+            .ok_or(WrongType),
+        out => out,
+    }
+}
+
 /// Evicts the queue head `evict` if its state is still `seen`, with any of `locks` handed to it.
 pub(super) fn evict_stale_head(
     keys: &mut Keyspace,
@@ -170,8 +181,7 @@ pub(super) fn evict_stale_head(
     if evict.is_empty() || keys.hget(q.states, evict)?.as_deref() != Some(seen) {
         return Ok(());
     }
-    keys.zrem(q.queue, evict)?;
-    keys.hdel(q.states, evict)?;
+    q.remove(keys, evict)?;
     let mine = format!("{handed}{evict}");
     for key in locks {
         if keys.get(key).ok().flatten().as_deref() == Some(mine.as_str()) {
@@ -196,35 +206,33 @@ impl Queue<'_> {
         state: &str,
         grace_ms: &str,
     ) -> Result<(), WrongType> {
-        // The queue read, then the state written, then the queue (see `queue.lua`).
-        let queued = keys.zscore(self.queue, waiter)?.is_some();
-        let last = if queued {
-            None
-        } else {
-            Some(self.last_score(keys)?)
-        };
-        keys.hset(self.states, waiter, state)?;
-        if let Some(last) = last {
-            self.add_after(keys, waiter, last)?;
-        }
+        self.enter(keys, waiter, state, true)?;
         self.keep(keys, grace_ms, false);
         Ok(())
     }
 
-    /// The last arrival number in the queue; `None` when it is empty.
-    pub(super) fn last_score(&self, keys: &mut Keyspace) -> Result<Option<f64>, WrongType> {
-        Ok(keys.zrange(self.queue, -1, -1)?.first().map(|(_, s)| *s))
-    }
-
-    /// Adds `waiter` (unless it is in) with the arrival number after `last`.
-    pub(super) fn add_after(
+    /// Puts `waiter` last unless it is in the queue (looked up only when `maybe_queued`), with
+    /// its `state`: the queue read, then the state written, then the queue (see `queue.lua`).
+    /// True when the queue was new.
+    pub(super) fn enter(
         &self,
         keys: &mut Keyspace,
         waiter: &str,
-        last: Option<f64>,
-    ) -> Result<(), WrongType> {
+        state: &str,
+        maybe_queued: bool,
+    ) -> Result<bool, WrongType> {
+        let queued = maybe_queued && keys.zscore(self.queue, waiter)?.is_some();
+        let last = if queued {
+            None
+        } else {
+            Some(keys.zrange(self.queue, -1, -1)?.first().map(|(_, s)| *s))
+        };
+        keys.hset(self.states, waiter, state)?;
+        let Some(last) = last else {
+            return Ok(false);
+        };
         keys.zadd(self.queue, last.unwrap_or(0.0) + 1.0, waiter, true, false)?;
-        Ok(())
+        Ok(last.is_none())
     }
 
     /// Extends both keys to 4 graces once less than half of that is left (or `created`).

@@ -2,10 +2,10 @@
 //! `forget_permit.lua`.
 
 use super::lib::{
-    Out, Queue, array, at, bulk, evict_stale_head, foreign, free_mark, int, is_ours, next_fence,
-    opt, unusable, with_mark,
+    Out, Queue, array, at, bulk, evict_stale_head, free_mark, int, is_ours, next_fence, opt,
+    unless_foreign, unusable, with_mark,
 };
-use crate::transport::in_process::{Keyspace, WrongType};
+use crate::transport::in_process::Keyspace;
 
 /// `ACQUIRE_PERMIT`.
 pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) -> Out {
@@ -21,12 +21,8 @@ pub(super) fn acquire_permit(keys: &mut Keyspace, k: &[String], a: &[String]) ->
     if let Some(cur) = cur.as_deref().filter(|cur| *cur != mark) {
         return Ok(array(vec![int(-3), bulk(cur)]));
     }
-    match attempt(keys, k, a, &q, cur.is_some()) {
-        Err(WrongType) => foreign(keys, q.queue, "zset")
-            .or_else(|| foreign(keys, q.states, "hash"))
-            .ok_or(WrongType),
-        out => out,
-    }
+    let out = attempt(keys, k, a, &q, cur.is_some());
+    unless_foreign(keys, &q, out)
 }
 
 /// `ACQUIRE_PERMIT`'s `attempt`, on a name free or held by permits of this N (`held`).

@@ -3,7 +3,7 @@
 use super::hand_over::{HandOver, hand_over};
 use super::lib::{
     Out, Queue, array, at, bulk, evict_stale_head, foreign, handed_to_another, int, is_ours,
-    mark_in_place, next_fence, opt, short_state, starts_with, unusable,
+    mark_in_place, next_fence, opt, short_state, starts_with, unless_foreign, unusable,
 };
 use crate::transport::in_process::{Keyspace, WrongType};
 
@@ -23,12 +23,8 @@ pub(super) fn acquire_shared(keys: &mut Keyspace, k: &[String], a: &[String]) ->
         queue: at(k, 2),
         states: at(k, 3),
     };
-    match attempt(keys, k, a, &q) {
-        Err(WrongType) => foreign(keys, q.queue, "zset")
-            .or_else(|| foreign(keys, q.states, "hash"))
-            .ok_or(WrongType),
-        out => out,
-    }
+    let out = attempt(keys, k, a, &q);
+    unless_foreign(keys, &q, out)
 }
 
 /// `ACQUIRE_SHARED`'s `attempt`.

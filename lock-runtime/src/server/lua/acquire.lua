@@ -35,8 +35,7 @@ local function attempt()
     if why then return {-2, why} end
     local value = token
     if waiter ~= '' then
-      redis.call('ZREM', queue, waiter)
-      redis.call('HDEL', states, waiter)
+      leave_queue(queue, states, waiter)
       -- Others still queue: the release of this lease has the lock to hand over.
       if redis.call('EXISTS', queue) == 1 then value = with_mark(value, unmarked, marked) or value end
     end
@@ -46,22 +45,10 @@ local function attempt()
   end
   if waiter ~= '' then
     -- A waiter's first attempt (no previous token) is not in the queue yet (`NX` all the same);
-    -- a later one usually is. The queue is read, then the state written, then the queue.
-    local queued, last = previous ~= '' and redis.call('ZSCORE', queue, waiter), nil
-    if not queued then last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] end
-    redis.call('HSET', states, waiter, token .. ' ' .. ttl_ms .. ' ' .. grace_ms)
-    local created = false
-    if not queued then
-      created = not last
-      redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
-    end
-    -- Extended to 4 graces once less than half of that is left (or the queue is new): never
-    -- shortened, and a live waiter, back within a third of its grace, always finds it.
-    local keep = 4 * tonumber(grace_ms)
-    if created or redis.call('PTTL', states) < keep / 2 then
-      redis.call('PEXPIRE', queue, keep)
-      redis.call('PEXPIRE', states, keep)
-    end
+    -- a later one usually is.
+    local state = token .. ' ' .. ttl_ms .. ' ' .. grace_ms
+    local created = enter_queue(queue, states, waiter, state, previous ~= '')
+    keep_queue(queue, states, grace_ms, created)
     -- Queued behind a holder: its release hands the lock over.
     mark_in_place(lock, cur, unmarked, marked)
   end

@@ -49,10 +49,7 @@ local function attempt()
     local why = unusable(last)
     if why then return {-2, why} end
     -- Out of the queue before the permit is written (see `unless_foreign`).
-    if waiter ~= '' then
-      redis.call('ZREM', queue, waiter)
-      redis.call('HDEL', states, waiter)
-    end
+    if waiter ~= '' then leave_queue(queue, states, waiter) end
     redis.call('SET', permits[taken], token, 'PX', ttl_ms)
     -- The mark lives as long as the longest lease of the permits' holders (each renews it).
     if not cur then

@@ -44,10 +44,7 @@ local function attempt()
     local why = unusable(last)
     if why then return {-2, why} end
     -- Out of the queue before the key is written (see `unless_foreign`).
-    if waiter ~= '' then
-      redis.call('ZREM', queue, waiter)
-      redis.call('HDEL', states, waiter)
-    end
+    if waiter ~= '' then leave_queue(queue, states, waiter) end
     if not shared then
       cur = shared_mark .. token
       -- The holders of an earlier shared hold whose key was taken from them (a sorted set: ours).

@@ -27,33 +27,51 @@ local function unless_foreign(attempt, names)
   error(out)
 end
 
+-- Takes `waiter` out of the queue, with its state.
+local function leave_queue(queue, states, waiter)
+  redis.call('ZREM', queue, waiter)
+  redis.call('HDEL', states, waiter)
+end
+
 -- Evicts the queue head `evict` (a waiter id; empty: none) if its state is still `seen`, the
 -- state a caller saw it in for longer than its grace (see `ACQUIRE`), with any of the `locks`
 -- keys handed to it by id (`handed` and its id).
 local function evict_stale_head(queue, states, evict, seen, locks, handed)
   if evict == '' or redis.call('HGET', states, evict) ~= seen then return end
-  redis.call('ZREM', queue, evict)
-  redis.call('HDEL', states, evict)
+  leave_queue(queue, states, evict)
   for _, key in ipairs(locks) do
     if redis.pcall('GET', key) == handed .. evict then redis.call('DEL', key) end
   end
 end
 
--- Puts `waiter` at the end of the queue unless it is in it, writes its `state`, and keeps both
--- for 4 of its graces (`grace_ms`), extended once less than half of that is left. The queue is
--- read, then the state written, then the queue (see `unless_foreign`).
-local function join_queue(queue, states, waiter, state, grace_ms)
-  local queued, last = redis.call('ZSCORE', queue, waiter), nil
+-- Puts `waiter` at the end of the queue unless it is in it (looked up only when
+-- `maybe_queued`), and writes its `state`: the queue read, then the state written, then the
+-- queue (see `unless_foreign`). True when the queue was new.
+local function enter_queue(queue, states, waiter, state, maybe_queued)
+  local queued, last = maybe_queued and redis.call('ZSCORE', queue, waiter), nil
   if not queued then last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2] end
   redis.call('HSET', states, waiter, state)
-  if not queued then
-    redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
-  end
+  if queued then return false end
+  redis.call('ZADD', queue, 'NX', (tonumber(last) or 0) + 1, waiter)
+  return not last
+end
+
+-- Keeps the queue and the states for 4 graces (`grace_ms`), extended once less than half of
+-- that is left (or the queue was `created`): never shortened, and a live waiter, back within a
+-- third of its grace, always finds them.
+local function keep_queue(queue, states, grace_ms, created)
   local keep = 4 * tonumber(grace_ms)
-  if redis.call('PTTL', states) < keep / 2 then
+  if created or redis.call('PTTL', states) < keep / 2 then
     redis.call('PEXPIRE', queue, keep)
     redis.call('PEXPIRE', states, keep)
   end
+end
+
+-- Puts `waiter` at the end of the queue unless it is in it, writes its `state`, and keeps both
+-- for 4 of its graces.
+local function join_queue(queue, states, waiter, state, grace_ms)
+  enter_queue(queue, states, waiter, state, true)
+  keep_queue(queue, states, grace_ms, false)
 end
 
 -- When the lock's value `cur` hands it to a waiter by id (`handed` and its id, see `RELEASE`):
