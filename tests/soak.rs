@@ -125,6 +125,7 @@ struct Losses {
 }
 
 /// What one call that held a lease returned, and when.
+#[derive(Clone)]
 struct Returned {
     token: String,
     fence: u64,
@@ -150,24 +151,27 @@ impl Losses {
     /// returned already held nothing: after a restart from an older snapshot, the queue of that
     /// moment comes back, and a release may hand the lock to the token of a waiter that got in
     /// and left meanwhile.
-    fn taken_under(&self, forced: &[Forced]) -> Vec<(String, u64, bool)> {
+    fn taken_under(&self, forced: &[Forced]) -> Vec<Returned> {
         let returned = self.returned.lock().unwrap();
         returned
             .iter()
             .filter(|r| forced.iter().any(|f| f.token == r.token && f.at <= r.at))
-            .map(|r| (r.token.clone(), r.fence, r.ok))
+            .cloned()
             .collect()
     }
 
     /// Calls that reported success although their key was taken from under them.
     fn unreported(&self, forced: &[Forced]) -> Vec<String> {
         let taken = self.taken_under(forced).into_iter();
-        taken.filter(|t| t.2).map(|t| t.0).collect()
+        taken.filter(|r| r.ok).map(|r| r.token).collect()
     }
 
     /// The fences of the leases whose key was taken from under them.
     fn forced_fences(&self, forced: &[Forced]) -> HashSet<u64> {
-        self.taken_under(forced).into_iter().map(|t| t.1).collect()
+        self.taken_under(forced)
+            .into_iter()
+            .map(|r| r.fence)
+            .collect()
     }
 
     /// Whether the call that held `token` had returned before `at`.
