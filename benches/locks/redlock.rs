@@ -27,10 +27,15 @@ struct Clients {
 /// Latencies of one kind of cycle: `(acquire, whole cycle)` samples.
 type Samples = (Vec<Duration>, Vec<Duration>);
 
-/// One engine cycle on `locker`: acquire, then release.
-async fn engine_cycle(locker: &Locker, name: &str, samples: &mut Samples) {
+/// One engine cycle on `locker`: acquire, then release; with `fenced` false, as
+/// `#[distributed_lock]` without `guard` takes it (no fence).
+async fn engine_cycle(locker: &Locker, name: &str, fenced: bool, samples: &mut Samples) {
+    let opts = match fenced {
+        true => CYCLE_OPTS,
+        false => lock_runtime::__private::without_fence(CYCLE_OPTS),
+    };
     let t0 = Instant::now();
-    let lease = locker.acquire(name, &CYCLE_OPTS).await.expect("acquire");
+    let lease = locker.acquire(name, &opts).await.expect("acquire");
     let t1 = Instant::now();
     lease.release().await.expect("release");
     samples.0.push(t1 - t0);
@@ -71,13 +76,17 @@ async fn on_every_node<F: Future>(
     join_all(conns.iter().map(|c| request(c.clone())).collect()).await
 }
 
-/// One round: a single task runs `RUN_OF` cycles of every kind (the engine and the raw floor on
-/// each size) in a fresh random order, again and again for `length` per kind, so that every kind
-/// meets the same placement of threads on CPUs (see row 1). Returns, per size, the p50s of
-/// `[engine acquire, engine cycle, raw acquire, raw cycle]`.
-async fn interleaved_round(clients: &Clients, length: Duration, seed: u64) -> Vec<[Duration; 4]> {
+/// The kinds of cycle row 5 runs on each size.
+const KINDS: usize = 3;
+
+/// One round: a single task runs `RUN_OF` cycles of every kind (the engine with and without a
+/// fence, and the raw floor, on each size) in a fresh random order, again and again for `length`
+/// per kind, so that every kind meets the same placement of threads on CPUs (see row 1).
+/// Returns, per size, the p50s of `[engine acquire, engine cycle, raw acquire, raw cycle,
+/// unfenced acquire, unfenced cycle]`.
+async fn interleaved_round(clients: &Clients, length: Duration, seed: u64) -> Vec<[Duration; 6]> {
     let clients = clients.clone();
-    let kinds = 2 * SIZES.len();
+    let kinds = KINDS * SIZES.len();
     let until = Instant::now() + length * kinds as u32;
     tokio::spawn(async move {
         let names: Vec<String> = SIZES.iter().map(|n| format!("bench:redlock:{n}")).collect();
@@ -89,14 +98,17 @@ async fn interleaved_round(clients: &Clients, length: Duration, seed: u64) -> Ve
         while Instant::now() < until {
             shuffle(&mut order, &mut rng);
             for &k in &order {
-                let size = k / 2;
+                let (size, locker, name) =
+                    (k / KINDS, &clients.lockers[k / KINDS], &names[k / KINDS]);
                 for _ in 0..RUN_OF {
-                    if k % 2 == 0 {
-                        engine_cycle(&clients.lockers[size], &names[size], &mut samples[k]).await;
-                    } else {
-                        seq += 1;
-                        let conns = &clients.raws[size];
-                        raw_cycle(conns, &clients.sha, raw_key, seq, &mut samples[k]).await;
+                    match k % KINDS {
+                        0 => engine_cycle(locker, name, true, &mut samples[k]).await,
+                        1 => {
+                            seq += 1;
+                            let conns = &clients.raws[size];
+                            raw_cycle(conns, &clients.sha, raw_key, seq, &mut samples[k]).await;
+                        }
+                        _ => engine_cycle(locker, name, false, &mut samples[k]).await,
                     }
                 }
             }
@@ -106,7 +118,8 @@ async fn interleaved_round(clients: &Clients, length: Duration, seed: u64) -> Ve
             .map(|_| {
                 let (ea, ec) = samples.next().expect("engine kind");
                 let (ra, rc) = samples.next().expect("raw kind");
-                [ea, ec, ra, rc]
+                let (ua, uc) = samples.next().expect("unfenced kind");
+                [ea, ec, ra, rc, ua, uc]
             })
             .collect()
     })
@@ -143,8 +156,9 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
         }
         clients.raws.push(conns);
     }
-    // Per round and per size: p50 of [engine acquire, engine cycle, raw acquire, raw cycle].
-    let mut rounds: Vec<Vec<[Duration; 4]>> = Vec::new();
+    // Per round and per size: p50 of [engine acquire, engine cycle, raw acquire, raw cycle,
+    // unfenced acquire, unfenced cycle].
+    let mut rounds: Vec<Vec<[Duration; 6]>> = Vec::new();
     for round in 0..=cfg.rounds {
         let figures = interleaved_round(&clients, cfg.slice, 0x5eed + round as u64).await;
         // Round 0 is the warm-up.
@@ -169,6 +183,18 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
             &format!("5{}", if n == 3 { 'a' } else { 'b' }),
             &format!("Redlock {n} nodes: acquire latency p50"),
             us(fig(i, 0)),
+            format!("{} (raw SET NX PX on the {n} nodes at once)", us(fig(i, 2))),
+            format!("{r:.2}"),
+            "<= 1.2",
+            verdict(r <= 1.2),
+        );
+    }
+    for (i, &n) in SIZES.iter().enumerate().skip(1) {
+        let r = ratio_to((i, 4), (i, 2));
+        report.row(
+            &format!("5{}", if n == 3 { 'g' } else { 'h' }),
+            &format!("Redlock {n} nodes, without a fence (the attribute without `guard`): acquire latency p50"),
+            us(fig(i, 4)),
             format!("{} (raw SET NX PX on the {n} nodes at once)", us(fig(i, 2))),
             format!("{r:.2}"),
             "<= 1.2",

@@ -615,7 +615,8 @@ async fn a_waiter_retries_while_a_majority_is_down() {
 }
 
 // On Redlock, an acquire dropped while its requests are out is undone on every node the requests
-// reached, about one round trip later, not at the end of the ttl.
+// reached, about one round trip later, not at the end of the ttl: the script of a fenced call
+// and the plain commands of one that cannot read its fence alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     let nodes = Nodes::start(3);
@@ -624,47 +625,56 @@ async fn an_acquire_dropped_in_flight_is_undone_on_every_node() {
     // Scripts loaded first, so that the delayed acquire is one round trip.
     cycle(&slow, "warm", &opts(1_000)).await;
     let direct = nodes.locker(ms(1_000));
-    let key = direct.key_of("dropped");
-    for p in &proxies {
-        p.delay(ms(100));
-    }
-    let gave_up = tokio::time::timeout(ms(150), slow.acquire("dropped", &opts(10_000))).await;
-    assert!(gave_up.is_err(), "the acquire should still have been out");
-    // The fault is real: a majority granted it to the caller that gave up, so nobody else could
-    // take the lock before its ttl. (On a loaded machine the third node's grant can land later:
-    // under three busy loops, 3 to 5 runs in 30 saw two holders here; the end of the test
-    // checks every node.)
-    let granted = nodes.holders(&key).await.len();
-    assert!(
-        granted >= 2,
-        "only {granted} of 3 nodes granted the dropped acquire"
-    );
-    let (lease, waited) =
-        acquire_timed(&direct, "dropped", &opts(10_000).with_wait(ms(5_000))).await;
-    assert!(
-        waited < ms(1_000),
-        "the next caller waited {waited:?}, not about one round trip"
-    );
-    // Undone on every node, the late one included: soon no node holds any value but the new
-    // lease's (the dropped caller's would stay for its 10 s ttl).
-    eventually(
-        ms(2_000),
-        "the dropped acquire's key is gone from every node",
-        || async {
-            for i in 0..nodes.servers.len() {
-                if nodes
-                    .get(i, &key)
-                    .await
-                    .is_some_and(|value| value != lease.token())
-                {
-                    return false;
+    let unfenced = lock_runtime::__private::without_fence(opts(10_000));
+    for (name, o) in [("dropped", opts(10_000)), ("dropped-plain", unfenced)] {
+        let key = direct.key_of(name);
+        for p in &proxies {
+            p.delay(ms(100));
+        }
+        let gave_up = tokio::time::timeout(ms(150), slow.acquire(name, &o)).await;
+        assert!(
+            gave_up.is_err(),
+            "{name}: the acquire should still have been out"
+        );
+        // The fault is real: a majority granted it to the caller that gave up, so nobody else
+        // could take the lock before its ttl. (On a loaded machine the third node's grant can
+        // land later: under three busy loops, 3 to 5 runs in 30 saw two holders here; the end
+        // of the test checks every node.)
+        let granted = nodes.holders(&key).await.len();
+        assert!(
+            granted >= 2,
+            "{name}: only {granted} of 3 nodes granted the dropped acquire"
+        );
+        let (lease, waited) =
+            acquire_timed(&direct, name, &opts(10_000).with_wait(ms(5_000))).await;
+        assert!(
+            waited < ms(1_000),
+            "{name}: the next caller waited {waited:?}, not about one round trip"
+        );
+        // Undone on every node, the late one included: soon no node holds any value but the
+        // new lease's (the dropped caller's would stay for its 10 s ttl).
+        eventually(
+            ms(2_000),
+            "the dropped acquire's key is gone from every node",
+            || async {
+                for i in 0..nodes.servers.len() {
+                    if nodes
+                        .get(i, &key)
+                        .await
+                        .is_some_and(|value| value != lease.token())
+                    {
+                        return false;
+                    }
                 }
-            }
-            true
-        },
-    )
-    .await;
-    lease.release().await.unwrap();
+                true
+            },
+        )
+        .await;
+        lease.release().await.unwrap();
+        for p in &proxies {
+            p.delay(ms(0));
+        }
+    }
 }
 
 // On Redlock, fences keep growing across restarts that load older snapshots.
@@ -789,4 +799,96 @@ async fn values_of_another_kind_on_a_majority_fail_the_attempt_and_stay_untouche
     );
     lease.release().await.unwrap();
     assert_eq!(nodes.holders(&key).await, [0], "only the list is left");
+}
+
+/// A call that cannot read its fence (`#[distributed_lock]` without `guard`) takes the key on
+/// each node with plain commands, no script: its fence is 0 and no counter moves. A nested call
+/// that can read the fence gets one then, above every fence handed out before, written to the
+/// counters of every node that holds the key; the next fenced lease counts past it.
+#[tokio::test]
+async fn an_unfenced_call_sends_no_script_and_a_nested_call_gets_a_majority_fence() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(1_000));
+    let before = cycle(&locker, "plain", &opts(5_000)).await;
+    let fence_key = format!("{}:fence", locker.key_of("plain"));
+    let counters = async || {
+        let mut out = Vec::new();
+        for i in 0..3 {
+            out.push(
+                nodes
+                    .get(i, &fence_key)
+                    .await
+                    .map(|c| c.parse::<u64>().unwrap()),
+            );
+        }
+        out
+    };
+    let counted = counters().await;
+    for i in 0..3 {
+        nodes.reset_stats(i).await;
+    }
+    let unfenced = lock_runtime::__private::without_fence(opts(5_000));
+    let nested = locker
+        .run("plain", &unfenced, async |lease| {
+            assert_eq!(lease.fence(), 0, "no fence was asked for");
+            for i in 0..3 {
+                assert_eq!(nodes.evalsha_calls(i).await, 0, "node {i}: a script ran");
+            }
+            assert_eq!(counters().await, counted, "a counter moved");
+            let inner = locker.acquire("plain", &opts(5_000)).await.unwrap();
+            inner.fence()
+        })
+        .await
+        .unwrap();
+    assert!(nested > before, "nested fence {nested} after {before}");
+    for (i, counter) in counters().await.into_iter().enumerate() {
+        assert!(
+            counter >= Some(nested),
+            "node {i}: counter {counter:?} below {nested}"
+        );
+    }
+    let after = cycle(&locker, "plain", &opts(5_000)).await;
+    assert!(after > nested, "fence {after} after the nested {nested}");
+}
+
+/// An unfenced attempt that finds the key held learns its expiry from the same round trip: a
+/// waiter whose holder never releases (a crashed process) takes the lock at the expiry, not
+/// after a growing pause; a key of another type is named and left as it is.
+#[tokio::test]
+async fn an_unfenced_attempt_waits_for_the_expiry_and_names_a_foreign_key() {
+    let nodes = Nodes::start(3);
+    let locker = nodes.locker(ms(1_000));
+    let unfenced = lock_runtime::__private::without_fence(opts(5_000));
+    let key = locker.key_of("crashed");
+    for i in 0..3 {
+        nodes.set(i, &key, "a holder that crashed", 1_500).await;
+    }
+    let (lease, waited) = timed(locker.acquire("crashed", &unfenced.with_wait(ms(5_000)))).await;
+    let lease = lease.unwrap();
+    assert!(
+        waited >= ms(1_000),
+        "taken after {waited:?}, before the expiry"
+    );
+    // A growing pause (20 ms doubled up to 1 s) would have come back at 1.26 s or 2.26 s.
+    assert!(waited < ms(2_200), "taken {waited:?} after the start");
+    lease.release().await.unwrap();
+
+    let key = locker.key_of("listed");
+    for i in 0..3 {
+        let _: i64 = nodes.query(i, redis::cmd("RPUSH").arg(&key).arg("a")).await;
+    }
+    let err = locker.acquire("listed", &unfenced).await.unwrap_err();
+    let LockError::QuorumUnavailable { failures, .. } = &err else {
+        panic!("expected QuorumUnavailable: {err}");
+    };
+    // Decided once two of them said so.
+    assert!(failed_nodes(&nodes, failures).len() >= 2, "{err}");
+    assert!(
+        failures.iter().all(|(_, why)| why.contains("list")),
+        "{err}"
+    );
+    for i in 0..3 {
+        let len: i64 = nodes.query(i, redis::cmd("LLEN").arg(&key)).await;
+        assert_eq!(len, 1, "node {i}: list touched");
+    }
 }

@@ -180,6 +180,8 @@ impl Deployment {
             let reply = node.acquire(keys, &request).await;
             return (vec![Some(reply)], Fanout::none());
         }
+        // Nobody can read the fence and nobody queues: plain commands, as on one server.
+        let unfenced = !ask.fenced && ask.waiter.is_none() && ask.evict.is_none();
         let mut fanout: Late = Fanout::new(self.nodes.iter().map(|node| {
             let node = Arc::clone(node);
             let keys = keys.clone();
@@ -197,7 +199,10 @@ impl Deployment {
                     limit,
                     queue: false,
                 };
-                node.acquire(&keys, &request).await
+                match unfenced {
+                    true => node.acquire_unfenced(&keys, &request).await,
+                    false => node.acquire(&keys, &request).await,
+                }
             }
         }));
         let majority = self.majority;
@@ -220,7 +225,7 @@ impl Deployment {
 
     /// Raises the fence counter of the `behind` servers to `fence`, so that the next majority,
     /// which meets this one on at least one server, counts past it. Returns where it failed.
-    async fn raise_fences(
+    pub(super) async fn raise_fences(
         &self,
         behind: &[usize],
         keys: &Keys,

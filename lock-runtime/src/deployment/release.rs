@@ -15,14 +15,17 @@ use crate::state::lease_state::LeaseState;
 use crate::{LockError, LostReason};
 
 impl Deployment {
-    /// The fence of a lease taken without one (one server: see `LockOptions::without_fence`),
+    /// The fence of a lease taken without one (see `LockOptions::without_fence`),
     /// computed now for a nested call that can read it, while the key still holds the lease's
     /// token. `Lost` when it no longer does.
     pub(crate) async fn fence_for(&self, lease: &LeaseState) -> Result<u64, LockError> {
-        // Only the plain-command path of a single server takes a lease without its fence.
+        // Only the plain-command paths (one server, Redlock) take a lease without its fence.
         let fence = lease.fence();
-        let Some(node) = self.alone().filter(|_| fence == 0) else {
+        if fence != 0 {
             return Ok(fence);
+        }
+        let Some(node) = self.alone() else {
+            return Box::pin(self.fence_on_majority(lease)).await;
         };
         let keys = &lease.keys;
         let limit = node.response_timeout();
@@ -41,6 +44,62 @@ impl Deployment {
                 detail: why,
             }),
             Err(e) => Err(node.redis_error(&lease.name, e)),
+        }
+    }
+
+    /// [`Self::fence_for`] on several servers (Redlock): each server that still holds the key
+    /// computes its own fence, and the highest is raised on the others, so that a majority's
+    /// counters hold it before it is handed out (as an acquire does).
+    async fn fence_on_majority(&self, lease: &LeaseState) -> Result<u64, LockError> {
+        let (keys, retention) = (&lease.keys, self.fence_retention_ms);
+        let limit = self.nodes[0].response_timeout();
+        let replies = Fanout::new(self.nodes.iter().map(|node| {
+            let (node, keys, token) = (Arc::clone(node), keys.clone(), lease.token.clone());
+            async move { node.fence_held(&keys, &token, retention, limit).await }
+        }))
+        .all()
+        .await;
+        let (mut fenced, mut failures, mut not_ours) = (Vec::new(), Vec::new(), 0);
+        for (i, reply) in replies.into_iter().enumerate() {
+            match reply {
+                Ok(FenceReply::Fence(fence)) => fenced.push((i, fence)),
+                Ok(FenceReply::NotOurs) => not_ours += 1,
+                Ok(FenceReply::Unusable(detail)) => {
+                    let key = keys.fence().to_string();
+                    failures.push((i, Failure::Foreign { key, detail }));
+                }
+                Err(e) => failures.push((i, Failure::Redis(e))),
+            }
+        }
+        let fence = fenced.iter().map(|&(_, f)| f).max().unwrap_or(0);
+        let behind: Vec<usize> = fenced
+            .iter()
+            .filter(|&&(_, f)| f < fence)
+            .map(|&(i, _)| i)
+            .collect();
+        let raise_failures = self
+            .raise_fences(&behind, keys, fence, retention, limit)
+            .await;
+        let yes = fenced.len() - raise_failures.len();
+        failures.extend(
+            raise_failures
+                .into_iter()
+                .map(|(i, e)| (i, Failure::Redis(e))),
+        );
+        let tally = Tally {
+            yes,
+            no: not_ours,
+            failed: failures.len(),
+        };
+        match self.majority.verdict(tally) {
+            Verdict::Yes => Ok(lease.set_fence(fence)),
+            Verdict::No => {
+                lease.mark_lost(LostReason::NotOwner);
+                Err(lease.lost_error(LostReason::NotOwner))
+            }
+            Verdict::OutOfReach | Verdict::Open => {
+                Err(self.unavailable(&lease.name, yes, failures))
+            }
         }
     }
 

@@ -197,8 +197,8 @@ impl LockOptions {
     }
 
     /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an
-    /// uncontended acquire then skips the fence (the server's clock and the counter), which
-    /// nobody could read. A nested call that can see the lease gets a fence computed then, while
+    /// uncontended acquire on one server, and every attempt on Redlock, then skips the fence
+    /// (the server's clock and the counter), which nobody could read. A nested call that can see the lease gets a fence computed then, while
     /// the key is still held (see `Locker::acquire`). Not for calls that hand out the lease;
     /// the expansion reaches it through `__private::without_fence`.
     #[must_use]

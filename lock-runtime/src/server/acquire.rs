@@ -136,6 +136,70 @@ impl Node {
         Ok(AcquireReply::of(keys, reply))
     }
 
+    /// An attempt on a server that keeps no waiter queue (a Redlock node) by a caller that cannot
+    /// read the fence: `SET NX PX GET` and the key's `PTTL` in one round trip, no script, and
+    /// fence 0 (a nested call that can read it computes it then, see `Deployment::fence_for`).
+    /// A key of another type goes to `ACQUIRE_UNQUEUED`, which names it and changes nothing.
+    pub(crate) async fn acquire_unfenced(
+        &self,
+        keys: &Keys,
+        req: &AcquireRequest<'_>,
+    ) -> RedisResult<AcquireReply> {
+        let key = &keys.key;
+        let mut pipe = redis::Pipeline::with_capacity(3);
+        pipe.cmd("SET")
+            .arg(key)
+            .arg(req.token)
+            .arg("NX")
+            .arg("PX")
+            .arg(req.ttl_ms)
+            .arg("GET")
+            .cmd("PTTL")
+            .arg(key);
+        if let Some(wait) = self.wait_cmd(req.ttl_ms) {
+            pipe.add_command(wait);
+        }
+        let sent = Instant::now();
+        let mut conn = self.conn().await?;
+        let replies = self
+            .bounded(req.limit, pipe.query_async::<Vec<Value>>(&mut conn))
+            .await;
+        let replies = match replies {
+            Ok(replies) => replies,
+            // The server answered with an error: the `SET` met a key of another type and set
+            // nothing (`PTTL` and `WAIT` do not fail). The script tells what the key holds.
+            Err(e) if matches!(e.kind(), ErrorKind::Server(_) | ErrorKind::Extension) => {
+                return Box::pin(self.acquire(keys, req)).await;
+            }
+            Err(e) => return Err(e),
+        };
+        self.rtt.record(sent.elapsed());
+        let unexpected = || RedisError::from((ErrorKind::Parse, "unexpected acquire replies"));
+        let mut replies = replies.into_iter();
+        let (set, pttl) = (replies.next(), replies.next());
+        let (Some(set), Some(Value::Int(pttl))) = (set, pttl) else {
+            return Err(unexpected());
+        };
+        if set != Value::Nil {
+            return Ok(match FastReply::held(set) {
+                FastReply::OtherMode { held } => AcquireReply::OtherMode { held },
+                // No expiry (-1): a key this library did not set; gone since the `SET` (-2):
+                // free again, try at once.
+                _ => AcquireReply::Busy {
+                    pttl: (pttl != -1).then(|| Duration::from_millis(pttl.max(0) as u64)),
+                },
+            });
+        }
+        if let Some(acked) = replies.next() {
+            let acked: usize = redis::from_redis_value(acked).map_err(|_| unexpected())?;
+            if acked < self.replicas {
+                Box::pin(self.undo_unreplicated(keys, req.token)).await;
+                return Ok(AcquireReply::NotReplicated { acked });
+            }
+        }
+        Ok(AcquireReply::Taken { fence: 0 })
+    }
+
     /// A key taken without the replicas' acknowledgement is deleted at once (compare-and-delete):
     /// a failover could lose it and let a second holder in.
     async fn undo_unreplicated(&self, keys: &Keys, token: &str) {

@@ -80,7 +80,8 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// `{0, pttl}`, `{-1, type}` (the key holds another type), `{-2, error}` (the counter is not a
 /// counter; the key just taken is deleted again), `{-3, value}` (permits hold the name). It
 /// skips `ACQUIRE`'s look at the queue, its `GET` of the key and its hand-over checks, which
-/// cost a Redlock node about an eighth of the script's time.
+/// cost a Redlock node about an eighth of the script's time. A caller that cannot read the fence
+/// sends plain commands instead (see `Node::acquire_unfenced`).
 ///
 /// Parameters: [`super::calls::AcquireUnqueued`]; reply: [`super::replies::Attempt`].
 pub(crate) static ACQUIRE_UNQUEUED: LazyLock<Script> = LazyLock::new(|| {
