@@ -14,7 +14,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::Config;
 use crate::handoff::{Contender, EngineWorker, HANDOFF_TTL_MS, Pause, WORKERS, run_slots};
 use crate::handoff_stats::Handoff;
-use crate::report::{Report, median, ms, verdict};
+use crate::raw::raw_connection;
+use crate::report::{Report, median, ms, percentile, us, verdict};
 
 const PERMITS: u32 = 3;
 const NAME: &str = "bench:semaphore";
@@ -62,6 +63,29 @@ async fn engine_run(url: &str, length: Duration) -> Handoff {
     run_slots(workers, length, Pause::Precise, PERMITS).await
 }
 
+/// The time a permit stands free between one holder and the next: with every slot wanted, a
+/// slot's cycle is a hold and a hand-over, so `utilisation = hold / (hold + gap)`.
+fn gap(run: &Handoff) -> Duration {
+    run.mean_hold.mul_f64(1.0 / run.utilisation.max(1e-9) - 1.0)
+}
+
+/// The p50 of 1,000 `PING`s, one after the other, on a connection of its own: one round trip
+/// to the server on this machine now.
+async fn ping_p50(url: &str) -> Duration {
+    let mut conn = raw_connection(url).await;
+    let mut times = Vec::with_capacity(1_000);
+    for _ in 0..1_000 {
+        let t = tokio::time::Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .expect("PING");
+        times.push(t.elapsed());
+    }
+    times.sort();
+    percentile(&times, 50.0)
+}
+
 /// "utilisation / wait p99".
 fn figures(run: &Handoff) -> String {
     format!("{:.3} / {}", run.utilisation, ms(run.wait(99.0)))
@@ -87,11 +111,14 @@ pub(crate) async fn semaphore(cfg: &Config, report: &mut Report) {
         "row 8: semaphore hand-off ({WORKERS} workers, {PERMITS} permits, {ROUNDS} rounds of {length:?})"
     );
     let server = RedisServer::start();
-    let (mut engine, mut ideal) = (Vec::new(), Vec::new());
+    let (mut engine, mut ideal, mut pings) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         engine.push(engine_run(&server.url(), length).await);
+        pings.push(ping_p50(&server.url()).await.as_secs_f64());
         ideal.push(ideal_run(length).await);
     }
+    let gaps = |runs: &[Handoff]| median(runs.iter().map(|r| gap(r).as_secs_f64()).collect());
+    let ping = median(pings);
     let ratio = |f: &dyn Fn(&Handoff) -> f64| {
         median(
             engine
@@ -139,6 +166,15 @@ pub(crate) async fn semaphore(cfg: &Config, report: &mut Report) {
             )
         })
         .collect();
+    report.note(format!(
+        "8: what bounds it: a permit stands free {} between holders (the ideal: {}), {:.2} \
+         round trips of {} (a PING's p50, measured after each engine run): the release's \
+         request, its script, the grant's message and the waiter's wake-up",
+        us(Duration::from_secs_f64(gaps(&engine))),
+        us(Duration::from_secs_f64(gaps(&ideal))),
+        gaps(&engine) / ping,
+        us(Duration::from_secs_f64(ping)),
+    ));
     report.note(format!(
         "8: utilisation = time held by any of the {PERMITS} holders / ({PERMITS} x the run); the \
          ideal is a tokio Semaphore (FIFO) in this process with the same workers and sleeps, \
