@@ -892,3 +892,43 @@ async fn an_unfenced_attempt_waits_for_the_expiry_and_names_a_foreign_key() {
         assert_eq!(len, 1, "node {i}: list touched");
     }
 }
+
+/// With `replicas(1)` on nodes that have no replica, every node's `WAIT` comes back short: the
+/// attempt fails, naming the acknowledgements on each node, and deletes what it took, for a
+/// fenced call (the script) and for one without a fence (plain commands) alike.
+#[tokio::test]
+async fn an_unacknowledged_attempt_fails_and_leaves_no_key_on_any_node() {
+    let nodes = Nodes::start(3);
+    // The scripts loaded: a `WAIT` behind a script's first, refused, call would run twice.
+    cycle(&nodes.locker(ms(1_000)), "warm", &opts(1_000)).await;
+    // A node's request may take a tenth of the validity (about 500 ms here): the `WAIT` gives
+    // up within half of that, and its short count is the answer.
+    let unfenced = lock_runtime::__private::without_fence(opts(5_000));
+    for (name, o) in [("acked", opts(5_000)), ("acked-plain", unfenced)] {
+        // A locker of its own: each `WAIT` holds its connection, and the cleanup of one
+        // attempt would queue the next one's request behind it.
+        let locker = Locker::builder()
+            .urls(nodes.urls())
+            .replicas(1)
+            .response_timeout(ms(5_000))
+            .build()
+            .unwrap();
+        let err = locker.acquire(name, &o).await.unwrap_err();
+        let LockError::QuorumUnavailable { failures, .. } = &err else {
+            panic!("{name}: expected QuorumUnavailable: {err}");
+        };
+        assert!(failed_nodes(&nodes, failures).len() >= 2, "{name}: {err}");
+        assert!(
+            failures
+                .iter()
+                .all(|(_, why)| why.contains("only 0 of the 1 replica")),
+            "{name}: {err}"
+        );
+        let key = locker.key_of(name);
+        eventually(ms(1_000), "no key left on any node", || {
+            let (nodes, key) = (&nodes, &key);
+            async move { nodes.holders(key).await.is_empty() }
+        })
+        .await;
+    }
+}

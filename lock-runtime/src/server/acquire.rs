@@ -121,7 +121,7 @@ impl Node {
             (call.script(), call.command())
         };
         let sent = Instant::now();
-        let wait = self.wait_cmd(req.ttl_ms);
+        let wait = self.wait_cmd(req.ttl_ms, req.limit);
         let (reply, acked): (Attempt, _) =
             self.eval(script, &cmd, wait.as_ref(), req.limit).await?;
         self.rtt.record(sent.elapsed());
@@ -156,7 +156,7 @@ impl Node {
             .arg("GET")
             .cmd("PTTL")
             .arg(key);
-        if let Some(wait) = self.wait_cmd(req.ttl_ms) {
+        if let Some(wait) = self.wait_cmd(req.ttl_ms, req.limit) {
             pipe.add_command(wait);
         }
         let sent = Instant::now();
@@ -245,7 +245,7 @@ impl Node {
             .arg("PX")
             .arg(ttl_ms)
             .arg("GET");
-        let wait = self.wait_cmd(ttl_ms);
+        let wait = self.wait_cmd(ttl_ms, self.settings.response_timeout);
         let waits = wait.is_some();
         let alone = !fenced && !waits;
         let mut conn = self.conn().await?;

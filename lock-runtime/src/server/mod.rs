@@ -364,10 +364,12 @@ impl Node {
             .watch_for_failover(bounded_in(&self.deadlines, limit, request))
     }
 
-    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`.
-    /// The timeout stays well inside the lease's validity (`ttl - drift`): a tenth of it, but at
-    /// least the drift, and at most a quarter of the response timeout.
-    fn wait_cmd(&self, ttl_ms: u64) -> Option<Cmd> {
+    /// `WAIT <replicas> <timeout>` when replicas must acknowledge a write of a lease of `ttl_ms`
+    /// in a request bounded by `limit`. The timeout stays well inside the lease's validity
+    /// (`ttl - drift`): a tenth of it, but at least the drift, and at most a quarter of the
+    /// response timeout and half of `limit` (a Redlock node's request has a tenth of the
+    /// validity), so that a short acknowledgement is answered, not timed out.
+    fn wait_cmd(&self, ttl_ms: u64, limit: Duration) -> Option<Cmd> {
         if self.replicas == 0 {
             return None;
         }
@@ -375,7 +377,8 @@ impl Node {
         let drift = crate::drift_for(ttl);
         let margin = (ttl.saturating_sub(drift) / 10)
             .max(drift)
-            .min(self.settings.response_timeout / 4);
+            .min(self.settings.response_timeout / 4)
+            .min(limit / 2);
         let mut cmd = Cmd::with_capacity(3, 24);
         cmd.arg("WAIT")
             .arg(self.replicas)

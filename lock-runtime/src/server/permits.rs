@@ -46,7 +46,7 @@ impl Node {
             req,
         };
         let sent = Instant::now();
-        let wait = self.wait_cmd(req.ttl_ms);
+        let wait = self.wait_cmd(req.ttl_ms, req.limit);
         let (reply, acked): (Attempt, _) = self
             .eval(call.script(), &call.command(), wait.as_ref(), req.limit)
             .await?;

@@ -68,7 +68,7 @@ impl Node {
         items: &[(&str, &str, u64)],
     ) -> RedisResult<Vec<Option<RenewReply>>> {
         let cmd = calls::Renew { items }.command();
-        let wait = self.wait_cmd(min_ttl(items));
+        let wait = self.wait_cmd(min_ttl(items), self.settings.response_timeout);
         let limit = self.settings.response_timeout;
         let (codes, acked): (Vec<Renewal>, Option<usize>) =
             if self.renew_loaded.load(Ordering::Relaxed) || self.is_cluster() {
@@ -230,7 +230,7 @@ impl Node {
             pipe.add_command(calls::RenewAnySlot { items: chunk }.command());
         }
         let calls = items.chunks(RENEW_CHUNK).len();
-        let wait = self.wait_cmd(min_ttl(items));
+        let wait = self.wait_cmd(min_ttl(items), self.settings.response_timeout);
         if let Some(wait) = wait.clone() {
             pipe.add_command(wait);
         }
