@@ -849,6 +849,22 @@ async fn an_unfenced_call_sends_no_script_and_a_nested_call_gets_a_majority_fenc
     }
     let after = cycle(&locker, "plain", &opts(5_000)).await;
     assert!(after > nested, "fence {after} after the nested {nested}");
+
+    // Gone from a majority meanwhile: the nested call is told the lease is lost, not fenced.
+    let key = locker.key_of("plain");
+    let out = locker
+        .run("plain", &unfenced, async |_lease| {
+            for i in [0, 1] {
+                let _: i64 = nodes.query(i, redis::cmd("DEL").arg(&key)).await;
+            }
+            locker
+                .acquire("plain", &opts(5_000))
+                .await
+                .map(|l| l.fence())
+        })
+        .await
+        .unwrap_or_else(Err);
+    assert_eq!(lost_reason(&out), Some(LostReason::NotOwner), "{out:?}");
 }
 
 /// An unfenced attempt that finds the key held learns its expiry from the same round trip: a
