@@ -193,7 +193,10 @@ pub(crate) async fn redlock(cfg: &Config, report: &mut Report) {
         let r = ratio_to((i, 4), (i, 2));
         report.row(
             &format!("5{}", if n == 3 { 'g' } else { 'h' }),
-            &format!("Redlock {n} nodes, without a fence (the attribute without `guard`): acquire latency p50"),
+            &format!(
+                "Redlock {n} nodes, without a fence (the attribute without `guard`): acquire \
+                 latency p50"
+            ),
             us(fig(i, 4)),
             format!("{} (raw SET NX PX on the {n} nodes at once)", us(fig(i, 2))),
             format!("{r:.2}"),

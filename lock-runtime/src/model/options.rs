@@ -198,9 +198,10 @@ impl LockOptions {
 
     /// For `#[distributed_lock]` without `guard`, whose body cannot see its lease: an
     /// uncontended acquire on one server, and every attempt on Redlock, then skips the fence
-    /// (the server's clock and the counter), which nobody could read. A nested call that can see the lease gets a fence computed then, while
-    /// the key is still held (see `Locker::acquire`). Not for calls that hand out the lease;
-    /// the expansion reaches it through `__private::without_fence`.
+    /// (the server's clock and the counter), which nobody could read. A nested call that can
+    /// see the lease gets a fence computed then, while the key is still held (see
+    /// `Locker::acquire`). Not for calls that hand out the lease; the expansion reaches it
+    /// through `__private::without_fence`.
     #[must_use]
     pub(crate) const fn without_fence(mut self) -> Self {
         self.fenced = false;
