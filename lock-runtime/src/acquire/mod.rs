@@ -324,13 +324,18 @@ impl Acquirer {
             wait.subscriptions = Some(subs.await);
             return None;
         };
-        let after = match retry {
-            Some(pttl) => pttl + jitter(pttl),
-            None => wait.backoff.without_ttl(),
-        };
         let grace = wait.place.as_ref().map(|place| place.waiter.grace);
+        let (after, behind_expiry) = match retry {
+            // A queued waiter is back within a third of its grace after the expiry, before
+            // anyone who then finds the key free could evict it.
+            Some(pttl) => {
+                let most = grace.map_or(Duration::MAX, |grace| grace / 3);
+                (pttl + jitter(pttl).min(most), true)
+            }
+            None => (wait.backoff.without_ttl(), false),
+        };
         let poll = self.poll.map(|poll| poll + jitter(poll));
-        let retry_at = now + retry_delay(after, grace, poll);
+        let retry_at = now + retry_delay(after, grace, poll, behind_expiry);
         let woke = Box::pin(async {
             tokio::select! {
                 () = tokio::time::sleep_until(retry_at.min(until)) => None,

@@ -14,8 +14,10 @@ use crate::model::waiter::Waiter;
 use crate::plumbing::unpoisoned::Unpoisoned;
 
 /// The least time a queued waiter keeps its place after its last attempt; a waiter adds four of
-/// its server's recent round trips to it and comes back at least three times per grace, so only
-/// a crashed or vanished waiter drops out, on links of any speed.
+/// its server's recent round trips to it and comes back at least three times per grace where it
+/// could be evicted (behind a key without an expiry, or in front of a free one) and once per
+/// grace behind a key that expires (see `schedule::retry_delay`), so only a crashed or vanished
+/// waiter drops out, on links of any speed.
 pub(crate) const MIN_WAITER_GRACE: Duration = Duration::from_millis(300);
 
 /// The grace a waiter on `node` asks for.

@@ -76,17 +76,22 @@ impl Backoff {
     }
 }
 
-/// The sleep before the next attempt: `after`, but no later than a third of the queue's `grace`
-/// (a waiter that does not come back within it loses its place) nor than the `poll` period (a
-/// holder may be a client that does not announce its release).
+/// The sleep before the next attempt: `after`, but no later than the `poll` period (a holder may
+/// be a client that does not announce its release) nor, for a queued waiter (`grace`), than it
+/// must come back to keep its place. Behind a key without an expiry, or in front of a free one,
+/// others evict a head that stays away longer than its grace: a third of it. Behind a key that
+/// expires (`behind_expiry`), nobody evicts anyone until the key is free, which a release
+/// message or the expiry (`after`) tells first, and the queue's keys outlive two graces: the
+/// whole grace.
 pub(crate) fn retry_delay(
     after: Duration,
     grace: Option<Duration>,
     poll: Option<Duration>,
+    behind_expiry: bool,
 ) -> Duration {
     let mut delay = after;
     if let Some(grace) = grace {
-        delay = delay.min(grace / 3);
+        delay = delay.min(if behind_expiry { grace } else { grace / 3 });
     }
     if let Some(poll) = poll {
         delay = delay.min(poll);
@@ -217,20 +222,23 @@ mod tests {
 
     #[test]
     fn the_retry_delay_is_the_earliest_reason_to_come_back() {
-        // (after, grace, poll, expected)
+        // (after, grace, poll, behind a key that expires, expected)
         let table = [
-            (MS(900), None, None, MS(900)),
-            (MS(900), Some(MS(300)), None, MS(100)),
-            (MS(50), Some(MS(300)), None, MS(50)),
-            (MS(900), None, Some(MS(250)), MS(250)),
-            (MS(900), Some(MS(600)), Some(MS(250)), MS(200)),
-            (MS(0), Some(MS(600)), Some(MS(250)), MS(0)),
+            (MS(900), None, None, false, MS(900)),
+            (MS(900), Some(MS(300)), None, false, MS(100)),
+            (MS(900), Some(MS(300)), None, true, MS(300)),
+            (MS(50), Some(MS(300)), None, false, MS(50)),
+            (MS(50), Some(MS(300)), None, true, MS(50)),
+            (MS(900), None, Some(MS(250)), true, MS(250)),
+            (MS(900), Some(MS(600)), Some(MS(250)), false, MS(200)),
+            (MS(900), Some(MS(600)), Some(MS(250)), true, MS(250)),
+            (MS(0), Some(MS(600)), Some(MS(250)), false, MS(0)),
         ];
-        for (after, grace, poll, expected) in table {
+        for (after, grace, poll, behind_expiry, expected) in table {
             assert_eq!(
-                retry_delay(after, grace, poll),
+                retry_delay(after, grace, poll, behind_expiry),
                 expected,
-                "{after:?} {grace:?} {poll:?}"
+                "{after:?} {grace:?} {poll:?} {behind_expiry}"
             );
         }
     }

@@ -57,8 +57,8 @@ local function enter_queue(queue, states, waiter, state, maybe_queued)
 end
 
 -- Keeps the queue and the states for 4 graces (`grace_ms`), extended once less than half of
--- that is left (or the queue was `created`): never shortened, and a live waiter, back within a
--- third of its grace, always finds them.
+-- that is left (or the queue was `created`): never shortened, and a live waiter, back within
+-- its grace, always finds them.
 local function keep_queue(queue, states, grace_ms, created)
   local keep = 4 * tonumber(grace_ms)
   if created or redis.call('PTTL', states) < keep / 2 then
