@@ -330,11 +330,11 @@ async fn a_cancelled_or_timed_out_waiter_leaves_the_queue_at_once() {
     assert_every_key_expires(&env.server).await;
 }
 
-/// A queued waiter behind a key that expires comes back once per grace, not three times: nobody
-/// can evict it before the key is free, which the release or the expiry tells it first. 20
-/// waiters behind 20 held names cost the server about 3 script calls a second each (a grace of
-/// about 300 ms; three times per grace would be about 10), and every one keeps its place over
-/// more than three graces: each release hands its name to its waiter.
+/// A queued waiter behind a key that expires comes back once per grace: nobody can evict it
+/// before the key is free, which the release or the expiry tells it first. 20 waiters behind 20
+/// held names cost the server at most 6 script calls a second each (a grace of about 300 ms),
+/// and every one keeps its place over more than three graces: each release hands its name to
+/// its waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_behind_an_expiring_key_comes_back_once_per_grace() {
     const NAMES: usize = 20;
