@@ -8,6 +8,7 @@ use super::Deployment;
 use super::failure::Failure;
 use super::majority::{Tally, Verdict};
 use super::mode::{Mode, with_mode};
+use super::replies::fence_and_behind;
 use crate::model::keys::Keys;
 use crate::plumbing::fanout::Fanout;
 use crate::server::{FenceReply, Node, Release};
@@ -71,12 +72,7 @@ impl Deployment {
                 Err(e) => failures.push((i, Failure::Redis(e))),
             }
         }
-        let fence = fenced.iter().map(|&(_, f)| f).max().unwrap_or(0);
-        let behind: Vec<usize> = fenced
-            .iter()
-            .filter(|&&(_, f)| f < fence)
-            .map(|&(i, _)| i)
-            .collect();
+        let (fence, behind) = fence_and_behind(&fenced);
         let raise_failures = self
             .raise_fences(&behind, keys, fence, retention, limit)
             .await;

@@ -83,15 +83,19 @@ impl AcquireReplies {
     /// (to be raised, so that the next majority, which shares a server with this one, counts
     /// past it). In step (the usual case), none is behind.
     pub(super) fn fence_and_behind(&self) -> (u64, Vec<usize>) {
-        let fence = self.granted.iter().map(|&(_, f)| f).max().unwrap_or(0);
-        let behind = self
-            .granted
-            .iter()
-            .filter(|&&(_, f)| f < fence)
-            .map(|&(i, _)| i)
-            .collect();
-        (fence, behind)
+        fence_and_behind(&self.granted)
     }
+}
+
+/// The highest of the `(server, fence)` pairs `fenced`, and the servers whose fence is below it.
+pub(super) fn fence_and_behind(fenced: &[(usize, u64)]) -> (u64, Vec<usize>) {
+    let fence = fenced.iter().map(|&(_, f)| f).max().unwrap_or(0);
+    let behind = fenced
+        .iter()
+        .filter(|&&(_, f)| f < fence)
+        .map(|&(i, _)| i)
+        .collect();
+    (fence, behind)
 }
 
 #[cfg(test)]

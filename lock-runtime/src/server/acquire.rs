@@ -145,17 +145,10 @@ impl Node {
         keys: &Keys,
         req: &AcquireRequest<'_>,
     ) -> RedisResult<AcquireReply> {
-        let key = &keys.key;
         let mut pipe = redis::Pipeline::with_capacity(3);
-        pipe.cmd("SET")
-            .arg(key)
-            .arg(req.token)
-            .arg("NX")
-            .arg("PX")
-            .arg(req.ttl_ms)
-            .arg("GET")
+        pipe.add_command(take_command(&keys.key, req.token, req.ttl_ms))
             .cmd("PTTL")
-            .arg(key);
+            .arg(&keys.key);
         if let Some(wait) = self.wait_cmd(req.ttl_ms, req.limit) {
             pipe.add_command(wait);
         }
@@ -237,14 +230,7 @@ impl Node {
         let key = &keys.key;
         // Each command sized up front: no buffer grows on the way.
         let command = |args: usize, bytes: usize| redis::Cmd::with_capacity(args, bytes);
-        let mut set = command(7, key.len() + token.len() + 40);
-        set.arg("SET")
-            .arg(key)
-            .arg(token)
-            .arg("NX")
-            .arg("PX")
-            .arg(ttl_ms)
-            .arg("GET");
+        let set = take_command(key, token, ttl_ms);
         let wait = self.wait_cmd(ttl_ms, self.settings.response_timeout);
         let waits = wait.is_some();
         let alone = !fenced && !waits;
@@ -299,6 +285,20 @@ impl Node {
             (Some(previous), _) => FastReply::held(previous),
         })
     }
+}
+
+/// `SET <key> <token> NX PX <ttl_ms> GET`, sized up front: takes the key if it is free, and
+/// says what it held otherwise.
+fn take_command(key: &str, token: &str, ttl_ms: u64) -> redis::Cmd {
+    let mut set = redis::Cmd::with_capacity(7, key.len() + token.len() + 40);
+    set.arg("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(ttl_ms)
+        .arg("GET");
+    set
 }
 
 impl FastReply {
