@@ -401,6 +401,25 @@ async fn cluster_primary_killed_leases_kept_or_lost_never_doubled() {
             })
         })
         .collect();
+    // "Kept" assumes the holders' keys reached the victim's replica: one it never got is lost
+    // by the failover, which only `replicas(n)` prevents. A write in the slot of the first name,
+    // acknowledged by the replica, follows them in the one replication stream.
+    let client = redis::Client::open(cluster.node(victim).url()).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let marker = format!("marker:{{{}}}", names[0]);
+    let () = redis::cmd("SET")
+        .arg(&marker)
+        .arg(1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5_000)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the victim's replica has the holders' keys");
     cluster.kill(victim);
     let c = Arc::clone(&cluster);
     let promoted = tokio::task::spawn_blocking(move || c.wait_for_failover(victim))
