@@ -104,21 +104,19 @@ async fn many_names(report: &mut Report) {
     let waiting_calls = crate::raw::calls_of(&mut raw, "evalsha").await;
     let waiting_cpu = idle_cpu.elapsed().0 as f64 / 1e9;
     let cpu = ThreadClock::start(&server.pid().to_string(), None);
-    let released: Vec<Instant> = {
-        let mut at = Vec::with_capacity(NAMES);
-        let releases: Vec<_> = leases
-            .into_iter()
-            .map(|lease| async move {
-                let t = Instant::now();
-                lease.release().await.expect("release");
-                t
-            })
-            .collect();
-        for t in crate::raw::join_all(releases).await {
-            at.push(t);
-        }
-        at
-    };
+    // Each release on a task of its own: the release phase is the engine's, not a join's.
+    let releases: Vec<_> = leases
+        .into_iter()
+        .map(|lease| {
+            let t = Instant::now();
+            (t, tokio::spawn(lease.release()))
+        })
+        .collect();
+    let mut released = Vec::with_capacity(NAMES);
+    for (t, release) in releases {
+        release.await.expect("release task").expect("release");
+        released.push(t);
+    }
     let mut wakes = Vec::with_capacity(NAMES);
     for (task, sent) in tasks.into_iter().zip(&released) {
         let served = task.await.expect("waiter");

@@ -118,6 +118,7 @@ pub(crate) async fn calls_of(conn: &mut MultiplexedConnection, command: &str) ->
 }
 
 /// Polls every future until all are done; results in order (a join without spawning tasks).
+/// Every wake-up polls them all: for a handful of futures, not thousands.
 pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
