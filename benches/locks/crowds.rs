@@ -50,7 +50,11 @@ async fn keys_reach(conn: &mut MultiplexedConnection, pattern: &str, n: usize) {
     panic!("fewer than {n} keys match {pattern}");
 }
 
-async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
+pub(crate) async fn info_field(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg(section)
         .query_async(conn)
@@ -186,27 +190,31 @@ async fn one_name(report: &mut Report) {
         task.await.expect("waiter");
     }
     let served = served.lock().expect("order").clone();
-    // The tasks queued one by one, in the order of their numbers.
-    let in_order = served.windows(2).filter(|p| p[0].0 < p[1].0).count();
-    let mut gaps: Vec<Duration> = std::iter::once(released)
-        .chain(served.iter().map(|s| s.1))
-        .collect::<Vec<_>>()
-        .windows(2)
-        .map(|p| p[1].saturating_duration_since(p[0]))
-        .collect();
-    gaps.sort();
+    let (gaps, in_order) = gaps_and_order(released, &served);
+    let floor = crate::crowd_floor::floor_queue(&RedisServer::start(), WAITERS).await;
+    let p99 = |gaps: &[Duration]| percentile(gaps, 99.0);
     report.row(
         "9b",
-        "1,000 waiters queued on one name, each releasing at once: hand-over p50 / p99; served in arrival order",
+        "1,000 waiters queued on one name, each releasing at once: hand-over p50 / p99; served in arrival order; server memory per queued waiter",
         format!(
-            "{} / {}; {}/{} in order",
+            "{} / {}; {}/{} in order; {per_waiter} B",
             ms(percentile(&gaps, 50.0)),
-            ms(percentile(&gaps, 99.0)),
-            in_order + 1,
+            ms(p99(&gaps)),
+            in_order,
             served.len()
         ),
-        format!("{per_waiter} B of server memory per queued waiter"),
-        "-".to_owned(),
+        format!(
+            "raw FIFO hand-off (3d's list and messages, one connection each for commands and messages): {} / {}; {}/{} in order; {} B",
+            ms(percentile(&floor.gaps, 50.0)),
+            ms(p99(&floor.gaps)),
+            floor.in_order,
+            floor.gaps.len(),
+            floor.bytes_per_waiter
+        ),
+        format!(
+            "{:.2} (hand-over p99)",
+            p99(&gaps).as_secs_f64() / p99(&floor.gaps).as_secs_f64().max(1e-9)
+        ),
         "report",
         Verdict::Info,
     );
@@ -217,6 +225,26 @@ async fn one_name(report: &mut Report) {
          the next one's",
         queued.len()
     ));
+}
+
+/// The gaps, sorted, between `released` and the first waiter having the lock and between each
+/// waiter and the next (`served`: waiter number and when it had the lock, in the order served);
+/// and how many were served in the order they queued (the first counts when it queued first).
+pub(crate) fn gaps_and_order(
+    released: Instant,
+    served: &[(usize, Instant)],
+) -> (Vec<Duration>, usize) {
+    let first_in_order = served.first().is_some_and(|s| s.0 == 0);
+    let in_order =
+        served.windows(2).filter(|p| p[0].0 < p[1].0).count() + usize::from(first_in_order);
+    let mut gaps: Vec<Duration> = std::iter::once(released)
+        .chain(served.iter().map(|s| s.1))
+        .collect::<Vec<_>>()
+        .windows(2)
+        .map(|p| p[1].saturating_duration_since(p[0]))
+        .collect();
+    gaps.sort();
+    (gaps, in_order)
 }
 
 /// Waits (bounded) until `n` waiters are queued on `bench:queue`.

@@ -20,10 +20,10 @@ use crate::raw::{load_script, raw_connection};
 const KEY: &str = "bench:handoff-floor";
 const LIST: &str = "bench:handoff-floor:waiters";
 /// Takes the lock, or joins the list and returns 0.
-const TAKE_OR_JOIN: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+pub(crate) const TAKE_OR_JOIN: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return 1 end redis.call('RPUSH', KEYS[2], ARGV[1]) return 0";
 /// Hands the lock to the first waiter (2) or deletes it (1); -1 when it was not ours.
-const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end \
+pub(crate) const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end \
      local next = redis.call('LPOP', KEYS[2]) \
      if next then redis.call('SET', KEYS[1], next, 'PX', ARGV[2]) \
      redis.call('PUBLISH', KEYS[1] .. ':' .. next, '1') return 2 end \

@@ -49,6 +49,7 @@ mod alloc;
 mod cluster;
 mod compare;
 mod contended;
+mod crowd_floor;
 mod crowds;
 mod cycle;
 mod delay_proxy;
