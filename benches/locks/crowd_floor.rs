@@ -10,7 +10,7 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::handoff_floor::{HAND_OVER, TAKE_OR_JOIN};
+use crate::handoff_floor::{HAND_OVER, TAKE_OR_JOIN, floor_call, wake_connection};
 use crate::raw::{load_script, raw_connection};
 
 const KEY: &str = "bench:queue-floor";
@@ -42,48 +42,8 @@ impl Raw {
         } else {
             &self.take
         };
-        redis::cmd("EVALSHA")
-            .arg(sha)
-            .arg(2)
-            .arg(KEY)
-            .arg(LIST)
-            .arg(token)
-            .arg(TTL_MS)
-            .query_async(&mut self.conn.clone())
-            .await
-            .expect("EVALSHA")
+        floor_call(&mut self.conn.clone(), sha, (KEY, LIST), token, TTL_MS).await
     }
-}
-
-/// One RESP3 connection subscribed to every waiter's channel; a message on `KEY:<w>` wakes
-/// waiter `w` (a permit if it is not waiting yet).
-async fn subscriber(url: &str, wakes: &Arc<Vec<Notify>>) -> MultiplexedConnection {
-    let routes = Arc::clone(wakes);
-    let config = redis::AsyncConnectionConfig::new().set_push_sender(move |p: redis::PushInfo| {
-        if p.kind == redis::PushKind::Message
-            && let Some(redis::Value::BulkString(channel)) = p.data.first()
-            && let Some(w) = std::str::from_utf8(channel)
-                .ok()
-                .and_then(|c| c.rsplit(':').next())
-                .and_then(|w| w.parse::<usize>().ok())
-            && let Some(wake) = routes.get(w)
-        {
-            wake.notify_one();
-        }
-        Ok::<(), std::convert::Infallible>(())
-    });
-    let mut subscription = redis::Client::open(format!("{url}?protocol=resp3"))
-        .expect("url")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("RESP3 connection");
-    for w in 0..wakes.len() {
-        subscription
-            .subscribe(format!("{KEY}:{w}"))
-            .await
-            .expect("SUBSCRIBE");
-    }
-    subscription
 }
 
 /// `waiters` queue one after the other behind a holder; the holder releases, and each waiter
@@ -104,7 +64,7 @@ pub(crate) async fn floor_queue(server: &RedisServer, waiters: usize) -> FloorQu
     // The waiters' channels count, as the engine's do.
     let memory_before = crate::crowds::info_field(&mut conn, "memory", "used_memory").await;
     let wakes: Arc<Vec<Notify>> = Arc::new((0..waiters).map(|_| Notify::new()).collect());
-    let _subscription = subscriber(&url, &wakes).await;
+    let _subscription = wake_connection(&url, KEY, &wakes, 0).await;
     let served = Arc::new(Mutex::new(Vec::with_capacity(waiters)));
     let mut tasks = Vec::with_capacity(waiters);
     for w in 0..waiters {

@@ -32,7 +32,8 @@ pub(crate) const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] the
 /// One worker's connections: commands, and the subscription that wakes it when handed the lock.
 struct Worker {
     conn: MultiplexedConnection,
-    handed: Arc<Notify>,
+    /// Its one wake-up, notified by a message on its channel.
+    handed: Arc<Vec<Notify>>,
     /// Kept for the worker's life: dropped, it would take the subscription with it.
     _subscription: MultiplexedConnection,
     token: String,
@@ -41,24 +42,8 @@ struct Worker {
 }
 
 async fn worker(url: &str, w: usize, take: &str, hand_over: &str) -> Worker {
-    let handed = Arc::new(Notify::new());
-    let wake = Arc::clone(&handed);
-    let config = redis::AsyncConnectionConfig::new().set_push_sender(move |p: redis::PushInfo| {
-        if p.kind == redis::PushKind::Message {
-            // A permit if the waiter is not waiting yet: the message may beat its `notified`.
-            wake.notify_one();
-        }
-        Ok::<(), std::convert::Infallible>(())
-    });
-    let mut subscription = redis::Client::open(format!("{url}?protocol=resp3"))
-        .expect("url")
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
-        .expect("RESP3 connection");
-    subscription
-        .subscribe(format!("{KEY}:{w}"))
-        .await
-        .expect("SUBSCRIBE");
+    let handed = Arc::new(vec![Notify::new()]);
+    let subscription = wake_connection(url, KEY, &handed, w).await;
     Worker {
         conn: raw_connection(url).await,
         handed,
@@ -76,17 +61,73 @@ impl Worker {
         } else {
             &self.take
         };
-        redis::cmd("EVALSHA")
-            .arg(sha)
-            .arg(2)
-            .arg(KEY)
-            .arg(LIST)
-            .arg(&self.token)
-            .arg(HANDOFF_TTL_MS)
-            .query_async(&mut self.conn)
-            .await
-            .expect("EVALSHA")
+        floor_call(
+            &mut self.conn,
+            sha,
+            (KEY, LIST),
+            &self.token,
+            HANDOFF_TTL_MS,
+        )
+        .await
     }
+}
+
+/// A RESP3 connection subscribed to `key:<n>` for `n` from `first` on, one per entry of `wakes`:
+/// a message on `key:<n>` notifies `wakes[n - first]` (a permit if nobody waits on it yet, as
+/// the message may beat its `notified`).
+pub(crate) async fn wake_connection(
+    url: &str,
+    key: &str,
+    wakes: &Arc<Vec<Notify>>,
+    first: usize,
+) -> MultiplexedConnection {
+    let routes = Arc::clone(wakes);
+    let config = redis::AsyncConnectionConfig::new().set_push_sender(move |p: redis::PushInfo| {
+        if p.kind == redis::PushKind::Message
+            && let Some(redis::Value::BulkString(channel)) = p.data.first()
+            && let Some(n) = std::str::from_utf8(channel)
+                .ok()
+                .and_then(|c| c.rsplit(':').next())
+                .and_then(|n| n.parse::<usize>().ok())
+            && let Some(wake) = n.checked_sub(first).and_then(|i| routes.get(i))
+        {
+            wake.notify_one();
+        }
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let mut subscription = redis::Client::open(format!("{url}?protocol=resp3"))
+        .expect("url")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("RESP3 connection");
+    for n in first..first + wakes.len() {
+        subscription
+            .subscribe(format!("{key}:{n}"))
+            .await
+            .expect("SUBSCRIBE");
+    }
+    subscription
+}
+
+/// One call of the floor's `TAKE_OR_JOIN` or `HAND_OVER` (by `sha`) on the lock `key` and its
+/// waiters' `list`, for `token`.
+pub(crate) async fn floor_call(
+    conn: &mut MultiplexedConnection,
+    sha: &str,
+    (key, list): (&str, &str),
+    token: &str,
+    ttl_ms: u64,
+) -> i64 {
+    redis::cmd("EVALSHA")
+        .arg(sha)
+        .arg(2)
+        .arg(key)
+        .arg(list)
+        .arg(token)
+        .arg(ttl_ms)
+        .query_async(conn)
+        .await
+        .expect("EVALSHA")
 }
 
 impl Contender for Worker {
@@ -94,7 +135,7 @@ impl Contender for Worker {
 
     async fn take(&mut self) {
         if self.call(false).await == 0 {
-            tokio::time::timeout(Duration::from_secs(10), self.handed.notified())
+            tokio::time::timeout(Duration::from_secs(10), self.handed[0].notified())
                 .await
                 .expect("raw hand-off: no message handed the lock over in 10 s");
         }
