@@ -10,8 +10,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::handoff_floor::{HAND_OVER, TAKE_OR_JOIN, floor_call, wake_connection};
-use crate::raw::{load_script, raw_connection};
+use crate::handoff_floor::{FloorScripts, wake_connection};
+use crate::raw::raw_connection;
 
 const KEY: &str = "bench:queue-floor";
 const LIST: &str = "bench:queue-floor:waiters";
@@ -31,18 +31,15 @@ pub(crate) struct FloorQueue {
 #[derive(Clone)]
 struct Raw {
     conn: MultiplexedConnection,
-    take: String,
-    hand_over: String,
+    scripts: FloorScripts,
 }
 
 impl Raw {
     async fn call(&self, hand_over: bool, token: &str) -> i64 {
-        let sha = if hand_over {
-            &self.hand_over
-        } else {
-            &self.take
-        };
-        floor_call(&mut self.conn.clone(), sha, (KEY, LIST), token, TTL_MS).await
+        let mut conn = self.conn.clone();
+        self.scripts
+            .call(&mut conn, hand_over, (KEY, LIST), token, TTL_MS)
+            .await
     }
 }
 
@@ -52,8 +49,7 @@ pub(crate) async fn floor_queue(server: &RedisServer, waiters: usize) -> FloorQu
     let url = server.url();
     let mut conn = raw_connection(&url).await;
     let raw = Raw {
-        take: load_script(&mut conn, TAKE_OR_JOIN).await,
-        hand_over: load_script(&mut conn, HAND_OVER).await,
+        scripts: FloorScripts::load(&mut conn).await,
         conn: conn.clone(),
     };
     assert_eq!(
@@ -62,7 +58,7 @@ pub(crate) async fn floor_queue(server: &RedisServer, waiters: usize) -> FloorQu
         "the floor's holder takes the key"
     );
     // The waiters' channels count, as the engine's do.
-    let memory_before = crate::crowds::info_field(&mut conn, "memory", "used_memory").await;
+    let memory_before = crate::raw::info_field(&mut conn, "memory", "used_memory").await;
     let wakes: Arc<Vec<Notify>> = Arc::new((0..waiters).map(|_| Notify::new()).collect());
     let _subscription = wake_connection(&url, KEY, &wakes, 0).await;
     let served = Arc::new(Mutex::new(Vec::with_capacity(waiters)));
@@ -86,7 +82,7 @@ pub(crate) async fn floor_queue(server: &RedisServer, waiters: usize) -> FloorQu
             );
         }));
     }
-    let memory = crate::crowds::info_field(&mut conn, "memory", "used_memory").await;
+    let memory = crate::raw::info_field(&mut conn, "memory", "used_memory").await;
     let released = Instant::now();
     assert!(
         raw.call(true, HOLDER).await > 0,

@@ -50,22 +50,6 @@ async fn keys_reach(conn: &mut MultiplexedConnection, pattern: &str, n: usize) {
     panic!("fewer than {n} keys match {pattern}");
 }
 
-pub(crate) async fn info_field(
-    conn: &mut MultiplexedConnection,
-    section: &str,
-    field: &str,
-) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(conn)
-        .await
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 pub(crate) async fn crowds(report: &mut Report) {
     eprintln!("row 9: thousands of names and waiters on one server");
     many_names(report).await;
@@ -100,7 +84,7 @@ async fn many_names(report: &mut Report) {
         .query_async(&mut raw)
         .await
         .expect("PUBSUB");
-    let clients = info_field(&mut raw, "clients", "connected_clients").await;
+    let clients = crate::raw::info_field(&mut raw, "clients", "connected_clients").await;
     // What the waiting alone costs the server: the waiters come back to keep their places.
     crate::raw::reset_stats(&mut raw).await;
     let idle_cpu = ThreadClock::start(&server.pid().to_string(), None);
@@ -159,7 +143,7 @@ async fn one_name(report: &mut Report) {
     let mut raw = raw_connection(&server.url()).await;
     let locker = patient(&server).await;
     let holder = locker.acquire("bench:queue", &opts()).await.expect("held");
-    let memory_before = info_field(&mut raw, "memory", "used_memory").await;
+    let memory_before = crate::raw::info_field(&mut raw, "memory", "used_memory").await;
     let served = Arc::new(Mutex::new(Vec::with_capacity(WAITERS)));
     let mut tasks = Vec::with_capacity(WAITERS);
     for w in 0..WAITERS {
@@ -182,7 +166,7 @@ async fn one_name(report: &mut Report) {
         .query_async(&mut raw)
         .await
         .expect("queue");
-    let memory = info_field(&mut raw, "memory", "used_memory").await;
+    let memory = crate::raw::info_field(&mut raw, "memory", "used_memory").await;
     let per_waiter = memory.saturating_sub(memory_before) / WAITERS as u64;
     let released = Instant::now();
     holder.release().await.expect("release");

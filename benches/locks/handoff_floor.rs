@@ -20,10 +20,10 @@ use crate::raw::{load_script, raw_connection};
 const KEY: &str = "bench:handoff-floor";
 const LIST: &str = "bench:handoff-floor:waiters";
 /// Takes the lock, or joins the list and returns 0.
-pub(crate) const TAKE_OR_JOIN: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+const TAKE_OR_JOIN: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return 1 end redis.call('RPUSH', KEYS[2], ARGV[1]) return 0";
 /// Hands the lock to the first waiter (2) or deletes it (1); -1 when it was not ours.
-pub(crate) const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end \
+const HAND_OVER: &str = "if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end \
      local next = redis.call('LPOP', KEYS[2]) \
      if next then redis.call('SET', KEYS[1], next, 'PX', ARGV[2]) \
      redis.call('PUBLISH', KEYS[1] .. ':' .. next, '1') return 2 end \
@@ -37,11 +37,10 @@ struct Worker {
     /// Kept for the worker's life: dropped, it would take the subscription with it.
     _subscription: MultiplexedConnection,
     token: String,
-    take: String,
-    hand_over: String,
+    scripts: FloorScripts,
 }
 
-async fn worker(url: &str, w: usize, take: &str, hand_over: &str) -> Worker {
+async fn worker(url: &str, w: usize, scripts: &FloorScripts) -> Worker {
     let handed = Arc::new(vec![Notify::new()]);
     let subscription = wake_connection(url, KEY, &handed, w).await;
     Worker {
@@ -49,26 +48,22 @@ async fn worker(url: &str, w: usize, take: &str, hand_over: &str) -> Worker {
         handed,
         _subscription: subscription,
         token: w.to_string(),
-        take: take.to_owned(),
-        hand_over: hand_over.to_owned(),
+        scripts: scripts.clone(),
     }
 }
 
 impl Worker {
     async fn call(&mut self, hand_over: bool) -> i64 {
-        let sha = if hand_over {
-            &self.hand_over
-        } else {
-            &self.take
-        };
-        floor_call(
-            &mut self.conn,
-            sha,
-            (KEY, LIST),
-            &self.token,
-            HANDOFF_TTL_MS,
-        )
-        .await
+        let (scripts, token) = (&self.scripts, &self.token);
+        scripts
+            .call(
+                &mut self.conn,
+                hand_over,
+                (KEY, LIST),
+                token,
+                HANDOFF_TTL_MS,
+            )
+            .await
     }
 }
 
@@ -109,25 +104,47 @@ pub(crate) async fn wake_connection(
     subscription
 }
 
-/// One call of the floor's `TAKE_OR_JOIN` or `HAND_OVER` (by `sha`) on the lock `key` and its
-/// waiters' `list`, for `token`.
-pub(crate) async fn floor_call(
-    conn: &mut MultiplexedConnection,
-    sha: &str,
-    (key, list): (&str, &str),
-    token: &str,
-    ttl_ms: u64,
-) -> i64 {
-    redis::cmd("EVALSHA")
-        .arg(sha)
-        .arg(2)
-        .arg(key)
-        .arg(list)
-        .arg(token)
-        .arg(ttl_ms)
-        .query_async(conn)
-        .await
-        .expect("EVALSHA")
+/// The floor's two scripts, loaded: `TAKE_OR_JOIN` and `HAND_OVER`.
+#[derive(Clone)]
+pub(crate) struct FloorScripts {
+    take: String,
+    hand_over: String,
+}
+
+impl FloorScripts {
+    pub(crate) async fn load(conn: &mut MultiplexedConnection) -> Self {
+        Self {
+            take: load_script(conn, TAKE_OR_JOIN).await,
+            hand_over: load_script(conn, HAND_OVER).await,
+        }
+    }
+
+    /// One call of `HAND_OVER` (or, not `hand_over`, `TAKE_OR_JOIN`) on the lock `key` and its
+    /// waiters' `list`, for `token`.
+    pub(crate) async fn call(
+        &self,
+        conn: &mut MultiplexedConnection,
+        hand_over: bool,
+        (key, list): (&str, &str),
+        token: &str,
+        ttl_ms: u64,
+    ) -> i64 {
+        let sha = if hand_over {
+            &self.hand_over
+        } else {
+            &self.take
+        };
+        redis::cmd("EVALSHA")
+            .arg(sha)
+            .arg(2)
+            .arg(key)
+            .arg(list)
+            .arg(token)
+            .arg(ttl_ms)
+            .query_async(conn)
+            .await
+            .expect("EVALSHA")
+    }
 }
 
 impl Contender for Worker {
@@ -149,12 +166,10 @@ impl Contender for Worker {
 
 /// A run of row 3's workload (8 workers, hold 1 ms, 1 ms outside) on the raw FIFO hand-off.
 pub(crate) async fn floor_handoff(url: &str, length: Duration, pause: Pause) -> Handoff {
-    let mut conn = raw_connection(url).await;
-    let take = load_script(&mut conn, TAKE_OR_JOIN).await;
-    let hand_over = load_script(&mut conn, HAND_OVER).await;
+    let scripts = FloorScripts::load(&mut raw_connection(url).await).await;
     let mut workers = Vec::new();
     for w in 0..WORKERS {
-        workers.push(worker(url, w, &take, &hand_over).await);
+        workers.push(worker(url, w, &scripts).await);
     }
     run(workers, length, pause).await
 }

@@ -143,3 +143,20 @@ pub(crate) async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
         .map(|v| v.expect("every future finished"))
         .collect()
 }
+
+/// The number `field` of INFO `section` (0 when absent).
+pub(crate) async fn info_field(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
